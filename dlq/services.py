@@ -1,0 +1,66 @@
+"""Writes to the dead-letter queue. Called inside the transaction that fails the task."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from dlq.models import UNRESOLVED_STATUSES, DLQItem, DLQStatus
+from tasks.redaction import redact
+
+REASON_TEXT = {
+    "permanent_error": "Step {step!r} failed with a permanent error ({code}): {message}",
+    "attempts_exhausted": "Step {step!r} kept failing with transient errors; all {attempts} attempts used. "
+    "Last error ({code}): {message}",
+    "deadline_exceeded": "The task's deadline passed before step {step!r} could run again. Last error ({code}): "
+    "{message}",
+    "crash_loop": "Workers died {crashes} times while running step {step!r}; stopped to avoid a crash loop.",
+    "compensation_failed": "Compensation could not finish: {message}",
+}
+
+
+def describe(*, reason_code: str, step: str, code: str, message: str, attempts: int, crashes: int = 0) -> str:
+    template = REASON_TEXT.get(reason_code, "Step {step!r} failed ({code}): {message}")
+    return template.format(step=step, code=code or "-", message=message or "-", attempts=attempts, crashes=crashes)
+
+
+def dlq_item_open(
+    *,
+    task,
+    reason_code: str,
+    error_code: str,
+    error_class: str,
+    error_message: str,
+    failing_step: str,
+    attempts: int,
+    status: str = DLQStatus.OPEN,
+) -> DLQItem:
+    """Create the task's one unresolved DLQ item (a partial unique index forbids a second)."""
+    return DLQItem.objects.create(
+        task=task,
+        pipeline=task.pipeline,
+        reason_code=reason_code,
+        reason=describe(
+            reason_code=reason_code,
+            step=failing_step,
+            code=error_code,
+            message=error_message,
+            attempts=attempts,
+            crashes=task.crash_count,
+        ),
+        error_code=error_code,
+        error_class=error_class,
+        error_message=error_message,
+        failing_step=failing_step,
+        attempts=attempts,
+        input_snapshot=redact(task.input),
+        fingerprint=f"{task.pipeline}:{failing_step}:{error_code}"[:300],
+        status=status,
+    )
+
+
+def dlq_item_set_status(*, task_id, status: str, compensation_error: str | None = None) -> int:
+    """Move the task's unresolved item to ``status`` (compensating, compensated, open…)."""
+    values: dict = {"status": status, "updated_at": timezone.now()}
+    if compensation_error is not None:
+        values["compensation_error"] = compensation_error
+    return DLQItem.objects.filter(task_id=task_id, status__in=UNRESOLVED_STATUSES).update(**values)

@@ -1,0 +1,135 @@
+"""Read and validate settings from the environment.
+
+Every tunable of the project is parsed here, once, so that a typo in a
+deployment fails at start-up with one clear ``ImproperlyConfigured`` line
+instead of surfacing as a strange runtime error hours later.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
+
+
+class Env:
+    """Typed accessors over an environment mapping."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self.environ = os.environ if environ is None else environ
+
+    def str(self, name: str, default: str = "") -> str:
+        return self.environ.get(name, default).strip()
+
+    def bool(self, name: str, default: bool = False) -> bool:
+        raw = self.environ.get(name)
+        if raw is None:
+            return default
+        word = raw.strip().lower()
+        if word in TRUE_WORDS:
+            return True
+        if word in FALSE_WORDS:
+            return False
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no)")
+
+    def number(
+        self,
+        name: str,
+        default: float,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        integer: bool = False,
+    ) -> float:
+        raw = self.environ.get(name)
+        if raw is None or raw.strip() == "":
+            return default
+        try:
+            value: float = int(raw) if integer else float(raw)
+        except ValueError:
+            kind = "an integer" if integer else "a number"
+            raise ImproperlyConfigured(f"{name}={raw!r} is not {kind}") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ImproperlyConfigured(f"{name}={raw!r} is not a finite number")
+        if minimum is not None and value < minimum:
+            raise ImproperlyConfigured(f"{name}={raw!r} must be at least {minimum}")
+        if maximum is not None and value > maximum:
+            raise ImproperlyConfigured(f"{name}={raw!r} must be at most {maximum}")
+        return value
+
+    def integer(self, name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+        return int(self.number(name, default, minimum=minimum, maximum=maximum, integer=True))
+
+    def list(self, name: str, default: list[str]) -> list[str]:
+        raw = self.environ.get(name)
+        if raw is None:
+            return list(default)
+        return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def database_config(url: str, base_dir: Path) -> dict:
+    """Return a Django DATABASES entry for ``url`` (or the local SQLite file when empty)."""
+    if not url:
+        return sqlite_config(base_dir / "var" / "reliability.sqlite3")
+    parsed = urlparse(url)
+    if parsed.scheme in ("postgres", "postgresql", "pgsql"):
+        if not parsed.path.strip("/"):
+            raise ImproperlyConfigured(f"DATABASE_URL {redact_url(url)!r} names no database")
+        import dj_database_url
+
+        config = dj_database_url.parse(url, conn_max_age=600, conn_health_checks=True)
+        return config
+    if parsed.scheme == "sqlite":
+        path = parsed.path if parsed.netloc == "" else parsed.netloc + parsed.path
+        if not path or path == "/":
+            raise ImproperlyConfigured("DATABASE_URL sqlite:// needs a file path, e.g. sqlite:///var/db.sqlite3")
+        return sqlite_config(Path(path.lstrip("/") if path.startswith("//") else path))
+    raise ImproperlyConfigured(
+        f"DATABASE_URL scheme {parsed.scheme!r} is not supported (use postgresql:// or sqlite:///path)"
+    )
+
+
+def sqlite_config(path: Path) -> dict:
+    # Workers, the sweeper and the web server write concurrently. WAL lets
+    # readers proceed during a write, IMMEDIATE takes the write lock at BEGIN
+    # (so two writers queue instead of deadlocking on lock upgrade), and the
+    # busy timeout makes the waiting writer block rather than fail at once.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(path),
+        "OPTIONS": {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;",
+        },
+    }
+
+
+def validate_redis_url(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("redis", "rediss", "unix"):
+        raise ImproperlyConfigured(f"REDIS_URL {redact_url(url)!r} must start with redis://, rediss:// or unix://")
+    return url
+
+
+def validate_http_url(name: str, url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ImproperlyConfigured(f"{name}={url!r} must be an http:// or https:// URL")
+    return url.rstrip("/")
+
+
+def redact_url(url: str) -> str:
+    """Hide the password of a URL so it can be logged."""
+    parsed = urlparse(url)
+    if parsed.password:
+        netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@")
+        return parsed._replace(netloc=netloc).geturl()
+    return url

@@ -1,0 +1,127 @@
+"""Django settings, all read from environment variables (see README, Configuration)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from reliability_console.config import (
+    Env,
+    database_config,
+    validate_http_url,
+    validate_redis_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = Env()
+
+DEBUG = env.bool("DJANGO_DEBUG", False)
+SECRET_KEY = env.str("DJANGO_SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY is required when DJANGO_DEBUG is off")
+    SECRET_KEY = "insecure-development-key-only-for-DJANGO_DEBUG-1"
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_rq",
+    "tasks.apps.TasksConfig",
+    "dlq.apps.DlqConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "reliability_console.urls"
+WSGI_APPLICATION = "reliability_console.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": database_config(env.str("DATABASE_URL"), BASE_DIR)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = env.str("LANGUAGE_CODE", "en")
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+# --- Redis and RQ -----------------------------------------------------------
+# Redis only delivers "run task X now"; the database is the source of truth.
+REDIS_URL = validate_redis_url(env.str("REDIS_URL", "redis://127.0.0.1:6379/0"))
+RELIABILITY_QUEUE = "default"  # rqworker with no arguments serves exactly this queue
+RQ_QUEUES = {
+    RELIABILITY_QUEUE: {
+        "URL": REDIS_URL,
+        # Never pickle: a job payload is data, not code.
+        "SERIALIZER": "rq.serializers.JSONSerializer",
+        # The engine enforces its own per-step timeouts; RQ's job timeout
+        # would kill a healthy long pipeline between two steps.
+        "DEFAULT_TIMEOUT": -1,
+        "SOCKET_TIMEOUT": 5,
+        "SOCKET_CONNECT_TIMEOUT": 2,
+    },
+}
+RQ = {
+    "WORKER_CLASS": env.str("RELIABILITY_WORKER_CLASS", "tasks.worker.ReliabilityWorker"),
+    "JOB_CLASS": "tasks.worker.ReliabilityJob",
+    "COMMIT_MODE": "auto",
+}
+RQ_SHOW_ADMIN_LINK = True
+
+# --- The engine -------------------------------------------------------------
+RELIABILITY_LEASE_SECONDS = env.number("RELIABILITY_LEASE_SECONDS", 30, minimum=1)
+RELIABILITY_SWEEP_INTERVAL_SECONDS = env.number("RELIABILITY_SWEEP_INTERVAL_SECONDS", 5, minimum=0.1)
+RELIABILITY_MAX_CRASHES = env.integer("RELIABILITY_MAX_CRASHES", 3, minimum=1)
+# A QUEUED task younger than this is left to its RQ job; older ones are checked
+# against Redis and re-delivered when their job is gone.
+RELIABILITY_REDELIVERY_GRACE_SECONDS = env.number("RELIABILITY_REDELIVERY_GRACE_SECONDS", 10, minimum=0)
+RELIABILITY_COMPENSATION_TIMEOUT_SECONDS = env.number("RELIABILITY_COMPENSATION_TIMEOUT_SECONDS", 30, minimum=0.1)
+RELIABILITY_DEFAULT_STEP_TIMEOUT_SECONDS = env.number("RELIABILITY_DEFAULT_STEP_TIMEOUT_SECONDS", 60, minimum=0.1)
+RELIABILITY_PIPELINE_MODULES = env.list("RELIABILITY_PIPELINE_MODULES", ["tasks.demo.report_pipeline"])
+RELIABILITY_ENABLE_BENCH_PIPELINES = env.bool("RELIABILITY_ENABLE_BENCH_PIPELINES", False)
+RELIABILITY_REDACT_PATTERN = env.str(
+    "RELIABILITY_REDACT_PATTERN", r"password|passwd|token|secret|authorization|api[_-]?key|card|cvv"
+)
+REPORT_PLATFORM_URL = validate_http_url("REPORT_PLATFORM_URL", env.str("REPORT_PLATFORM_URL", "http://127.0.0.1:8765"))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"structured": {"()": "reliability_console.logging.StructuredFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
+    "root": {"handlers": ["console"], "level": env.str("RELIABILITY_LOG_LEVEL", "INFO").upper()},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

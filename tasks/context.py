@@ -1,0 +1,79 @@
+"""What a step sees: its task's input, earlier outputs, the deadline and stable effect keys."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from reliability_console.exceptions import StepTimeout
+
+
+def effect_key(task_id: uuid.UUID | str, generation: int, step: str, effect: str) -> str:
+    """The idempotency key of one external effect.
+
+    Derived only from (task, generation, step, effect): identical on every
+    retry and after a crash, distinct between tasks and between effects.
+    """
+    return f"rc-{task_id}-g{generation}-{step}-{effect}"
+
+
+class StepContext:
+    """Passed to every step, compensation and failure notice."""
+
+    def __init__(
+        self,
+        *,
+        task_id: uuid.UUID,
+        pipeline: str,
+        step: str,
+        input: Any,
+        outputs: Mapping[str, Any],
+        deadline: datetime | None,
+        call_deadline: float,
+        attempt: int,
+        generation: int,
+        output: Any = None,
+        failure: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.task_id = task_id
+        self.pipeline = pipeline
+        self.step = step
+        self.input = input
+        self.outputs = outputs
+        #: The task's overall deadline (aware datetime) or None.
+        self.deadline = deadline
+        #: Epoch seconds after which this attempt no longer wants an answer:
+        #: the earlier of the task deadline and the step timeout.
+        self.call_deadline = call_deadline
+        self.attempt = attempt
+        self.generation = generation
+        #: For compensations: the output of the step being undone (None if it
+        #: never returned, e.g. it timed out).
+        self.output = output
+        #: For the failure notice: reason, code and message of the failure.
+        self.failure = failure
+        self.used_keys: dict[str, str] = {}
+
+    def remaining(self) -> float:
+        """Seconds left for this attempt (step timeout and task deadline both count)."""
+        return max(0.0, self.call_deadline - time.time())
+
+    def check_time(self) -> float:
+        """Return the seconds left, or raise ``StepTimeout`` when none are."""
+        left = self.remaining()
+        if left <= 0:
+            raise StepTimeout(f"no time left for step {self.step!r}")
+        return left
+
+    @property
+    def call_deadline_ms(self) -> int:
+        return int(self.call_deadline * 1000)
+
+    def idempotency_key(self, name: str) -> str:
+        """A stable key for the external effect ``name`` of this step (record it in the ledger)."""
+        key = effect_key(self.task_id, self.generation, self.step, name)
+        self.used_keys[name] = key
+        return key

@@ -1,0 +1,98 @@
+"""Delivery of "run task X now" through RQ. Redis only delivers; losing a job loses nothing.
+
+Every enqueue happens after the database commit. When Redis is down at that
+moment the task stays QUEUED and the sweeper delivers it later.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+import django_rq
+from django.conf import settings
+from django.db import transaction
+from redis.exceptions import RedisError
+
+logger = logging.getLogger(__name__)
+
+# The one RQ entry point of the engine (see tasks.worker: nothing else runs).
+RUN_TASK_ENTRY_POINT = "tasks.jobs.run_task"
+# Job results are worthless (the database has the outcome); failed jobs are
+# kept for a day so an operator can still see one in django-rq's pages.
+JOB_RESULT_TTL = 0
+JOB_FAILURE_TTL = 86400
+
+
+def job_id(task_id, fencing_token: int) -> str:
+    """Deterministic per (task, delivery): a delivery is identified by the fencing token it will claim."""
+    return f"task-{task_id}-d{fencing_token}"
+
+
+def get_queue():
+    return django_rq.get_queue(settings.RELIABILITY_QUEUE)
+
+
+def deliver_now(task_id, fencing_token: int) -> bool:
+    """Enqueue a run of ``task_id``; return False (and log) when Redis is unavailable."""
+    try:
+        get_queue().enqueue_call(
+            RUN_TASK_ENTRY_POINT,
+            args=(str(task_id),),
+            job_id=job_id(task_id, fencing_token),
+            result_ttl=JOB_RESULT_TTL,
+            failure_ttl=JOB_FAILURE_TTL,
+            timeout=-1,
+        )
+    except RedisError as exc:
+        logger.warning(
+            "delivery postponed: Redis unavailable",
+            extra={"event": "delivery_failed", "task_id": str(task_id), "error": type(exc).__name__},
+        )
+        return False
+    return True
+
+
+def deliver_at(task_id, fencing_token: int, when: datetime) -> bool:
+    """Schedule a run (a due retry) in RQ's scheduler; the sweeper is the fallback."""
+    try:
+        get_queue().enqueue_at(
+            when,
+            RUN_TASK_ENTRY_POINT,
+            str(task_id),
+            job_id=job_id(task_id, fencing_token),
+            result_ttl=JOB_RESULT_TTL,
+            failure_ttl=JOB_FAILURE_TTL,
+            job_timeout=-1,
+        )
+    except RedisError as exc:
+        logger.warning(
+            "retry scheduling postponed: Redis unavailable",
+            extra={"event": "delivery_failed", "task_id": str(task_id), "error": type(exc).__name__},
+        )
+        return False
+    return True
+
+
+def deliver_on_commit(task_id, fencing_token: int, when: datetime | None = None) -> None:
+    """Deliver once the current transaction commits (never for a rolled-back write)."""
+    if when is None:
+        transaction.on_commit(lambda: deliver_now(task_id, fencing_token))
+    else:
+        transaction.on_commit(lambda: deliver_at(task_id, fencing_token, when))
+
+
+def delivery_pending(task_id, fencing_token: int) -> bool | None:
+    """Whether Redis still holds a live job for this delivery (None when Redis is unreachable)."""
+    from rq.exceptions import NoSuchJobError
+    from rq.job import Job, JobStatus
+
+    queue = get_queue()
+    try:
+        job = Job.fetch(job_id(task_id, fencing_token), connection=queue.connection, serializer=queue.serializer)
+        status = job.get_status(refresh=False)
+    except NoSuchJobError:
+        return False
+    except RedisError:
+        return None
+    return status in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED)

@@ -1,0 +1,348 @@
+"""The engine's durable state: tasks, step attempts, checkpoints and the side-effect ledger.
+
+State changes go through django-fsm-2 transitions only. ``Task`` saves are
+conditional on the state it was loaded in (ConcurrentTransitionMixin) and on
+the fencing token a worker holds, so a concurrent writer or a zombie worker
+cannot move a task backwards.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from django_fsm import ConcurrentTransitionMixin, FSMField, transition
+
+
+class TaskState(models.TextChoices):
+    QUEUED = "queued", _("queued")
+    RUNNING = "running", _("running")
+    RETRY_SCHEDULED = "retry_scheduled", _("retry scheduled")
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
+    COMPENSATING = "compensating", _("compensating")
+    COMPENSATED = "compensated", _("compensated")
+    COMPENSATION_FAILED = "compensation_failed", _("compensation failed")
+
+
+TERMINAL_STATES = frozenset(
+    {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.COMPENSATED, TaskState.COMPENSATION_FAILED}
+)
+LEASED_STATES = (TaskState.RUNNING, TaskState.COMPENSATING)
+
+
+class FailureReason(models.TextChoices):
+    PERMANENT_ERROR = "permanent_error", _("permanent error")
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted", _("attempts exhausted")
+    DEADLINE_EXCEEDED = "deadline_exceeded", _("deadline exceeded")
+    CRASH_LOOP = "crash_loop", _("crash loop")
+    COMPENSATION_FAILED = "compensation_failed", _("compensation failed")
+
+
+class Task(ConcurrentTransitionMixin, models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    pipeline = models.CharField(max_length=100)
+    input = models.JSONField(default=dict)
+    state = FSMField(max_length=32, choices=TaskState.choices, default=TaskState.QUEUED, protected=True)
+
+    current_step = models.PositiveIntegerField(default=0, help_text=_("index of the next step to run"))
+    total_steps = models.PositiveIntegerField(default=0)
+    step_attempt = models.PositiveIntegerField(default=0, help_text=_("attempts made at the current step"))
+    total_attempts = models.PositiveIntegerField(default=0)
+    # Incremented by "retry from start": side-effect keys include it, so a
+    # task that was compensated and started again makes new, distinct effects.
+    generation = models.PositiveIntegerField(default=0)
+
+    deadline = models.DateTimeField(null=True, blank=True)
+    retry_at = models.DateTimeField(null=True, blank=True)
+
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    fencing_token = models.BigIntegerField(default=0)
+    crash_count = models.PositiveIntegerField(default=0)
+
+    result = models.JSONField(null=True, blank=True)
+    failure_reason = models.CharField(max_length=40, choices=FailureReason.choices, blank=True, default="")
+    failure_code = models.CharField(max_length=100, blank=True, default="")
+    failure_message = models.TextField(blank=True, default="")
+    failed_step = models.CharField(max_length=100, blank=True, default="")
+
+    idempotency_scope = models.CharField(max_length=100, blank=True, default="")
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    request_fingerprint = models.CharField(max_length=64, blank=True, default="")
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["idempotency_scope", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="task_unique_idempotency_key",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["state", "lease_expires_at"], name="task_state_lease_idx"),
+            models.Index(fields=["state", "retry_at"], name="task_state_retry_idx"),
+            models.Index(fields=["state", "updated_at"], name="task_state_updated_idx"),
+            models.Index(fields=["pipeline", "-created_at"], name="task_pipeline_created_idx"),
+            models.Index(fields=["-created_at"], name="task_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline} {self.id} ({self.state})"
+
+    # --- fencing --------------------------------------------------------------
+    # A save made by a worker is conditional on the fencing token the worker
+    # read when it loaded the row (on top of the mixin's state condition).
+    def _do_update(self, base_qs, using, pk_val, values, update_fields, forced_update, *args, **kwargs):
+        loaded_token = getattr(self, "_loaded_fencing_token", None)
+        if loaded_token is not None:
+            base_qs = base_qs.filter(fencing_token=loaded_token)
+        return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *args, **kwargs)
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        instance = super().from_db(db, field_names, values)
+        instance._loaded_fencing_token = instance.__dict__.get("fencing_token")
+        return instance
+
+    def save(self, *args, **kwargs) -> None:
+        super().save(*args, **kwargs)
+        self._loaded_fencing_token = self.fencing_token
+
+    def _take_lease(self, owner: str, lease_seconds: float) -> None:
+        self.fencing_token = (self.fencing_token or 0) + 1
+        self.lease_owner = owner
+        self.lease_expires_at = lease_expiry(lease_seconds)
+
+    def _release_lease(self) -> None:
+        self.lease_owner = ""
+        self.lease_expires_at = None
+
+    # --- transitions (guard and state change only; services do the rest) -----
+    @transition(field=state, source=TaskState.RETRY_SCHEDULED, target=TaskState.QUEUED)
+    def make_due(self) -> None:
+        self.retry_at = None
+
+    @transition(field=state, source=TaskState.QUEUED, target=TaskState.RUNNING)
+    def claim(self, *, owner: str, lease_seconds: float) -> None:
+        self._take_lease(owner, lease_seconds)
+        self.step_attempt += 1
+        self.total_attempts += 1
+
+    @transition(field=state, source=TaskState.RUNNING, target=TaskState.RUNNING)
+    def advance(self, *, lease_seconds: float) -> None:
+        self.current_step += 1
+        self.step_attempt = 1
+        self.total_attempts += 1
+        self.lease_expires_at = lease_expiry(lease_seconds)
+
+    @transition(field=state, source=TaskState.RUNNING, target=TaskState.SUCCEEDED)
+    def succeed(self, *, result) -> None:
+        self.current_step = self.total_steps
+        self.result = result
+        self._release_lease()
+        self.finished_at = timezone.now()
+
+    @transition(field=state, source=TaskState.RUNNING, target=TaskState.RETRY_SCHEDULED)
+    def schedule_retry(self, *, retry_at) -> None:
+        self.retry_at = retry_at
+        self._release_lease()
+
+    @transition(field=state, source=[TaskState.QUEUED, TaskState.RUNNING], target=TaskState.FAILED)
+    def fail(self, *, reason: str, code: str, message: str, step: str) -> None:
+        self.failure_reason = reason
+        self.failure_code = code[:100]
+        self.failure_message = message
+        self.failed_step = step[:100]
+        self.retry_at = None
+        self.finished_at = timezone.now()
+        self._release_lease()
+
+    @transition(field=state, source=TaskState.RUNNING, target=TaskState.QUEUED)
+    def requeue_after_lease_expiry(self) -> None:
+        # Bumping the token fences off the worker that lost the lease.
+        self.fencing_token += 1
+        self.crash_count += 1
+        self._release_lease()
+
+    @transition(field=state, source=TaskState.FAILED, target=TaskState.COMPENSATING)
+    def start_compensation(self, *, owner: str = "", lease_seconds: float = 0) -> None:
+        # The worker that failed the task may go straight on under its lease
+        # (same token); otherwise the lease is free for whoever is delivered.
+        if owner:
+            self.lease_owner = owner
+            self.lease_expires_at = lease_expiry(lease_seconds)
+        else:
+            self._release_lease()
+
+    @transition(field=state, source=TaskState.COMPENSATING, target=TaskState.COMPENSATING)
+    def claim_compensation(self, *, owner: str, lease_seconds: float) -> None:
+        self._take_lease(owner, lease_seconds)
+
+    @transition(field=state, source=TaskState.COMPENSATING, target=TaskState.COMPENSATING)
+    def release_after_lease_expiry(self) -> None:
+        self.fencing_token += 1
+        self.crash_count += 1
+        self._release_lease()
+
+    @transition(field=state, source=TaskState.COMPENSATING, target=TaskState.COMPENSATED)
+    def finish_compensation(self) -> None:
+        self._release_lease()
+        self.finished_at = timezone.now()
+
+    @transition(field=state, source=TaskState.COMPENSATING, target=TaskState.COMPENSATION_FAILED)
+    def fail_compensation(self, *, code: str, message: str) -> None:
+        self.failure_reason = FailureReason.COMPENSATION_FAILED
+        self.failure_code = code[:100]
+        self.failure_message = message
+        self._release_lease()
+        self.finished_at = timezone.now()
+
+    @transition(field=state, source=[TaskState.FAILED, TaskState.COMPENSATION_FAILED], target=TaskState.QUEUED)
+    def retry_from_checkpoint(self) -> None:
+        self._clear_failure()
+        self.step_attempt = 0
+        self.crash_count = 0
+
+    @transition(field=state, source=TaskState.COMPENSATED, target=TaskState.QUEUED)
+    def retry_from_start(self) -> None:
+        self._clear_failure()
+        self.generation += 1
+        self.current_step = 0
+        self.step_attempt = 0
+        self.crash_count = 0
+
+    @transition(field=state, source=TaskState.COMPENSATION_FAILED, target=TaskState.COMPENSATING)
+    def retry_compensation(self) -> None:
+        self.crash_count = 0
+        self._release_lease()
+
+    def _clear_failure(self) -> None:
+        self.failure_reason = ""
+        self.failure_code = ""
+        self.failure_message = ""
+        self.failed_step = ""
+        self.finished_at = None
+        self.result = None
+        self._release_lease()
+        self.fencing_token += 1
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+def lease_expiry(lease_seconds: float):
+    """An expression for "database now + lease": leases never trust a worker's clock."""
+    import datetime
+
+    return models.ExpressionWrapper(
+        Now() + datetime.timedelta(seconds=lease_seconds), output_field=models.DateTimeField()
+    )
+
+
+class AttemptKind(models.TextChoices):
+    STEP = "step", _("step")
+    COMPENSATION = "compensation", _("compensation")
+    FAILURE_NOTICE = "failure_notice", _("failure notice")
+
+
+class AttemptOutcome(models.TextChoices):
+    SUCCEEDED = "succeeded", _("succeeded")
+    TRANSIENT_ERROR = "transient_error", _("transient error")
+    PERMANENT_ERROR = "permanent_error", _("permanent error")
+    TIMEOUT = "timeout", _("timed out")
+    CRASHED = "crashed", _("worker lost (lease expired)")
+    SKIPPED_DEADLINE = "deadline_exceeded", _("not started: deadline exceeded")
+
+
+class StepAttempt(models.Model):
+    """One row per attempt of a step, of a compensation or of the failure notice."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
+    kind = models.CharField(max_length=20, choices=AttemptKind.choices, default=AttemptKind.STEP)
+    generation = models.PositiveIntegerField(default=0)
+    step_index = models.IntegerField()
+    step_name = models.CharField(max_length=100)
+    attempt = models.PositiveIntegerField()
+    worker = models.CharField(max_length=200, blank=True, default="")
+    fencing_token = models.BigIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=32, choices=AttemptOutcome.choices)
+    error_code = models.CharField(max_length=100, blank=True, default="")
+    error_class = models.CharField(max_length=200, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    # Kept for engineers on the server; never shown in payload views or the API.
+    traceback = models.TextField(blank=True, default="")
+    retry_delay_seconds = models.FloatField(null=True, blank=True, help_text=_("delay before the next attempt"))
+    retry_after_seconds = models.FloatField(null=True, blank=True, help_text=_("Retry-After sent by the far side"))
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        indexes = [
+            models.Index(fields=["task", "kind", "step_index"], name="attempt_task_step_idx"),
+            models.Index(fields=["error_code"], name="attempt_error_code_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step_name} #{self.attempt} {self.outcome}"
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+
+class Checkpoint(models.Model):
+    """A completed step and its output; a resumed task starts after the last one."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="checkpoints")
+    step_index = models.PositiveIntegerField()
+    step_name = models.CharField(max_length=100)
+    output = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["step_index"]
+        constraints = [models.UniqueConstraint(fields=["task", "step_index"], name="checkpoint_unique_step")]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} step {self.step_index} {self.step_name}"
+
+
+class EffectStatus(models.TextChoices):
+    DONE = "done", _("done")
+    UNCERTAIN = "uncertain", _("may have happened")
+    COMPENSATED = "compensated", _("compensated")
+
+
+class SideEffect(models.Model):
+    """The ledger of external effects: each key a step used, and whether it was undone."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="side_effects")
+    generation = models.PositiveIntegerField(default=0)
+    step_index = models.IntegerField()
+    step_name = models.CharField(max_length=100)
+    effect_name = models.CharField(max_length=100)
+    effect_key = models.CharField(max_length=255, unique=True)
+    status = models.CharField(max_length=20, choices=EffectStatus.choices, default=EffectStatus.DONE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    compensated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["step_index", "id"]
+        indexes = [models.Index(fields=["task", "generation", "step_index"], name="effect_task_step_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.effect_key} ({self.status})"

@@ -1,0 +1,146 @@
+"""The public API for declaring pipelines.
+
+Example::
+
+    from tasks.pipelines import FailurePolicy, Pipeline, RetryPolicy
+
+    orders = Pipeline("orders", failure_policy=FailurePolicy.COMPENSATE)
+
+    @orders.step(timeout=10, retry=RetryPolicy(max_attempts=4, base_delay=0.5, max_delay=8))
+    def charge(ctx):
+        return payments.charge(ctx.input["order_id"], key=ctx.idempotency_key("charge"))
+
+    @charge.compensation
+    def refund(ctx):
+        payments.refund(ctx.output["charge_id"], key=ctx.idempotency_key("refund"))
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from reliability_console.exceptions import ConfigurationError
+from tasks import registry
+from tasks.retry import DEFAULT_COMPENSATION_RETRY_POLICY, DEFAULT_RETRY_POLICY, RetryPolicy
+
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
+
+StepFunction = Callable[[Any], Any]
+
+
+class FailurePolicy(enum.StrEnum):
+    """What happens when a task fails for good."""
+
+    COMPENSATE = "compensate"  # undo completed steps now, then notify
+    PARK = "park"  # leave it FAILED in the DLQ for an operator to decide
+
+
+@dataclass
+class Step:
+    name: str
+    function: StepFunction
+    timeout: float | None = None
+    retry: RetryPolicy | None = None
+    compensate: StepFunction | None = None
+    compensation_timeout: float | None = None
+    compensation_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY_POLICY
+    # Run the step inside the checkpoint's transaction, so its database writes
+    # commit or roll back together with the checkpoint. Only for steps that do
+    # not wait on the network: the transaction stays open while the step runs.
+    transactional: bool = False
+
+    def __call__(self, ctx: Any) -> Any:
+        return self.function(ctx)
+
+    def compensation(self, function: StepFunction) -> StepFunction:
+        """Decorator: declare the compensation (reverse business action) of this step."""
+        self.compensate = function
+        return function
+
+
+@dataclass
+class Pipeline:
+    """An ordered list of steps with a retry policy and a failure policy.
+
+    ``validate_input`` (optional) receives the submitted input and returns the
+    cleaned input or raises ``InvalidTaskInput``; it runs before anything is
+    stored. ``on_failure`` (optional) runs once after compensation, e.g. to
+    tell the user why the task failed.
+    """
+
+    name: str
+    retry: RetryPolicy = DEFAULT_RETRY_POLICY
+    failure_policy: FailurePolicy = FailurePolicy.COMPENSATE
+    default_step_timeout: float | None = None
+    validate_input: Callable[[Any], Any] | None = None
+    on_failure: StepFunction | None = None
+    on_failure_timeout: float | None = None
+    steps: list[Step] = field(default_factory=list)
+    register: bool = True
+
+    def __post_init__(self) -> None:
+        if not NAME_PATTERN.match(self.name):
+            raise ConfigurationError(f"pipeline name {self.name!r} must match {NAME_PATTERN.pattern}")
+        self.failure_policy = FailurePolicy(self.failure_policy)
+        if self.register:
+            registry.register(self)
+
+    def step(
+        self,
+        function: StepFunction | None = None,
+        *,
+        name: str | None = None,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        compensate: StepFunction | None = None,
+        compensation_timeout: float | None = None,
+        compensation_retry: RetryPolicy | None = None,
+        transactional: bool = False,
+    ) -> Any:
+        """Decorator: append a step. Usable bare (``@p.step``) or with options."""
+
+        def add(fn: StepFunction) -> Step:
+            step_name = name or fn.__name__
+            if not NAME_PATTERN.match(step_name):
+                raise ConfigurationError(f"step name {step_name!r} must match {NAME_PATTERN.pattern}")
+            if any(existing.name == step_name for existing in self.steps):
+                raise ConfigurationError(f"pipeline {self.name!r} already has a step {step_name!r}")
+            for seconds in (timeout, compensation_timeout):
+                if seconds is not None and not seconds > 0:
+                    raise ConfigurationError(f"step {step_name!r}: timeouts must be positive")
+            new = Step(
+                name=step_name,
+                function=fn,
+                timeout=timeout,
+                retry=retry,
+                compensate=compensate,
+                compensation_timeout=compensation_timeout,
+                compensation_retry=compensation_retry or DEFAULT_COMPENSATION_RETRY_POLICY,
+                transactional=transactional,
+            )
+            self.steps.append(new)
+            return new
+
+        if function is not None:
+            return add(function)
+        return add
+
+    def failure_notice(self, function: StepFunction) -> StepFunction:
+        """Decorator: declare the ``on_failure`` hook."""
+        self.on_failure = function
+        return function
+
+    def retry_policy_for(self, step: Step) -> RetryPolicy:
+        return step.retry or self.retry
+
+    def timeout_for(self, step: Step, default: float) -> float:
+        return step.timeout or self.default_step_timeout or default
+
+    def clean_input(self, data: Any) -> Any:
+        if self.validate_input is None:
+            return data
+        return self.validate_input(data)

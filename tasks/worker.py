@@ -1,0 +1,46 @@
+"""The RQ worker and job classes the project's settings choose.
+
+``SimpleWorker`` runs jobs in the worker process itself: no fork per job, and
+the process keeps its Redis and PostgreSQL connections between jobs. A
+killed worker loses nothing: its task's lease expires and the sweeper
+re-delivers it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rq.job import Job
+from rq.serializers import JSONSerializer
+from rq.worker import SimpleWorker
+
+logger = logging.getLogger(__name__)
+
+
+class UnregisteredEntryPoint(Exception):
+    """A job named a function that is not one of the project's entry points."""
+
+
+class ReliabilityJob(Job):
+    """Refuses to run anything but a registered entry point."""
+
+    def _execute(self):
+        from tasks.jobs import ENTRY_POINTS
+
+        if self.func_name not in ENTRY_POINTS:
+            logger.error("refused job", extra={"event": "job_refused", "job_id": self.id, "func_name": self.func_name})
+            raise UnregisteredEntryPoint(f"{self.func_name!r} is not a registered entry point")
+        return super()._execute()
+
+
+class ReliabilityWorker(SimpleWorker):
+    """A SimpleWorker that always speaks JSON.
+
+    django-rq's ``rqworker`` passes ``--serializer`` (pickle by default) to
+    the worker; this class ignores it so no job is ever unpickled.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["serializer"] = JSONSerializer
+        kwargs.setdefault("job_class", ReliabilityJob)
+        super().__init__(*args, **kwargs)
