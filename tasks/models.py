@@ -15,7 +15,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
-from django_fsm import ConcurrentTransitionMixin, FSMField, transition
+from django_fsm import ConcurrentTransition, ConcurrentTransitionMixin, FSMField, transition
 
 
 class TaskState(models.TextChoices):
@@ -104,9 +104,13 @@ class Task(ConcurrentTransitionMixin, models.Model):
     # read when it loaded the row (on top of the mixin's state condition).
     def _do_update(self, base_qs, using, pk_val, values, update_fields, forced_update, *args, **kwargs):
         loaded_token = getattr(self, "_loaded_fencing_token", None)
-        if loaded_token is not None:
-            base_qs = base_qs.filter(fencing_token=loaded_token)
-        return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *args, **kwargs)
+        if loaded_token is None:
+            return super()._do_update(base_qs, using, pk_val, values, update_fields, forced_update, *args, **kwargs)
+        fenced = base_qs.filter(fencing_token=loaded_token)
+        updated = super()._do_update(fenced, using, pk_val, values, update_fields, forced_update, *args, **kwargs)
+        if not updated and base_qs.filter(pk=pk_val).exists():
+            raise ConcurrentTransition("the task was taken over by a newer lease holder")
+        return updated
 
     @classmethod
     def from_db(cls, db, field_names, values):

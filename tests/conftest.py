@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.support import ManagedProcess, WorkerPool, manage, process_env
+
+
+@pytest.fixture
+def clean_redis(redis_server):
+    if not redis_server.ping():
+        redis_server.start()
+    redis_server.flushall()
+    return redis_server
+
+
+@pytest.fixture(scope="session")
+def simulator():
+    from tasks.demo.platform_simulator import ReportPlatformSimulator
+
+    sim = ReportPlatformSimulator().start()
+    yield sim
+    sim.stop()
+
+
+@pytest.fixture
+def platform(simulator, settings):
+    """The report-platform simulator over real HTTP, reset for each test."""
+    simulator.reset()
+    settings.REPORT_PLATFORM_URL = simulator.url
+    return simulator
+
+
+@pytest.fixture
+def engine_env(platform, clean_redis):
+    """Environment for worker and sweeper processes of one test (short leases, fast sweeps)."""
+
+    def build(**overrides):
+        values = {
+            "REPORT_PLATFORM_URL": platform.url,
+            "RELIABILITY_LEASE_SECONDS": 3,
+            "RELIABILITY_SWEEP_INTERVAL_SECONDS": 0.5,
+            "RELIABILITY_REDELIVERY_GRACE_SECONDS": 1,
+            "RELIABILITY_MAX_CRASHES": 3,
+        }
+        values.update(overrides)
+        return process_env(**values)
+
+    return build
+
+
+@pytest.fixture
+def start_workers(engine_env):
+    pools: list[WorkerPool] = []
+
+    def start(count: int = 2, *, replace_dead: bool = False, **overrides) -> WorkerPool:
+        pool = WorkerPool(count, engine_env(**overrides), replace_dead=replace_dead)
+        pools.append(pool)
+        return pool
+
+    yield start
+    for pool in pools:
+        pool.stop()
+
+
+@pytest.fixture
+def start_sweeper(engine_env):
+    sweepers: list[ManagedProcess] = []
+
+    def start(**overrides) -> ManagedProcess:
+        sweeper = ManagedProcess("sweeper", manage("run_sweeper"), engine_env(**overrides))
+        sweepers.append(sweeper)
+        return sweeper
+
+    yield start
+    for sweeper in sweepers:
+        sweeper.stop()

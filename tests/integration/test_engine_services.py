@@ -1,0 +1,193 @@
+"""The engine's services against real PostgreSQL and Redis, driven in-process."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from dlq.models import DLQItem, DLQStatus
+from reliability_console.exceptions import IdempotencyKeyReused, InvalidTaskInput, LeaseLost, UnknownPipeline
+from tasks.leases import task_claim
+from tasks.models import AttemptKind, AttemptOutcome, Checkpoint, EffectStatus, SideEffect, StepAttempt, Task
+from tasks.outcomes import AttemptRecord, step_succeeded
+from tasks.runner import task_run
+from tasks.services import task_compensate, task_submit
+from tasks.sweeper import sweep_once
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _redis(clean_redis):
+    return clean_redis
+
+
+def test_same_key_and_input_returns_the_same_task():
+    first = task_submit(pipeline="t_local", input={"n": 1}, idempotency_key="order-1")
+    again = task_submit(pipeline="t_local", input={"n": 1}, idempotency_key="order-1")
+    assert again.pk == first.pk
+    assert Task.objects.count() == 1
+
+
+def test_same_key_with_other_input_is_refused_and_creates_nothing():
+    first = task_submit(pipeline="t_local", input={"n": 1}, idempotency_key="order-2")
+    with pytest.raises(IdempotencyKeyReused) as raised:
+        task_submit(pipeline="t_local", input={"n": 2}, idempotency_key="order-2")
+    assert raised.value.details["task_id"] == str(first.pk)
+    assert Task.objects.count() == 1
+    assert Task.objects.get().input == {"n": 1}
+
+
+def test_distinct_keys_make_distinct_tasks():
+    a = task_submit(pipeline="t_local", input={"n": 1}, idempotency_key="k-a")
+    b = task_submit(pipeline="t_local", input={"n": 1}, idempotency_key="k-b")
+    assert a.pk != b.pk
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "data", "error"),
+    [
+        ("report", {"user_id": "u1"}, InvalidTaskInput),
+        ("report", {"user_id": "u1", "topic": "x", "extra": 1}, InvalidTaskInput),
+        ("report", ["not", "an", "object"], InvalidTaskInput),
+        ("nope", {}, UnknownPipeline),
+    ],
+)
+def test_invalid_submissions_store_nothing(pipeline, data, error):
+    with pytest.raises(error):
+        task_submit(pipeline=pipeline, input=data)
+    assert Task.objects.count() == 0
+
+
+@pytest.mark.parametrize("key", ["", "x" * 256, "tab\there", "ключ"])
+def test_bad_idempotency_keys_are_refused(key):
+    with pytest.raises(InvalidTaskInput):
+        task_submit(pipeline="t_local", input={}, idempotency_key=key)
+    assert Task.objects.count() == 0
+
+
+def test_submission_puts_a_job_in_redis(clean_redis):
+    import django_rq
+
+    task = task_submit(pipeline="t_local", input={})
+    queue = django_rq.get_queue("default")
+    assert queue.job_ids == [f"task-{task.pk}-d0"]
+
+
+def test_success_checkpoints_each_step_and_finishes():
+    task = task_submit(pipeline="t_local", input={})
+    assert task_run(task_id=str(task.pk), worker="w1") == "succeeded"
+    task.refresh_from_db()
+    assert task.state == "succeeded" and task.result == {"b": 2}
+    assert list(Checkpoint.objects.filter(task=task).values_list("step_index", flat=True)) == [0, 1]
+    assert SideEffect.objects.get(task=task).status == EffectStatus.DONE
+    # A second delivery of a finished task does nothing.
+    assert task_run(task_id=str(task.pk), worker="w2") == "skipped"
+    assert StepAttempt.objects.filter(task=task).count() == 2
+
+
+def test_permanent_failure_compensates_and_opens_one_dlq_item():
+    task = task_submit(pipeline="t_local", input={"fail_b": "permanent"})
+    assert task_run(task_id=str(task.pk), worker="w1") == "compensated"
+    task.refresh_from_db()
+    assert (task.failure_reason, task.failure_code, task.failed_step) == ("permanent_error", "refused", "local_b")
+    item = DLQItem.objects.get(task=task)
+    assert item.status == DLQStatus.COMPENSATED and item.reason_code == "permanent_error"
+    assert "refused" in item.reason
+    assert SideEffect.objects.get(task=task).status == EffectStatus.COMPENSATED
+
+
+def test_transient_failure_schedules_a_retry():
+    task = task_submit(pipeline="t_local", input={"fail_b": "transient"})
+    assert task_run(task_id=str(task.pk), worker="w1") == "retry_scheduled"
+    task.refresh_from_db()
+    assert task.retry_at is not None and task.current_step == 1
+    attempt = StepAttempt.objects.get(task=task, step_name="local_b")
+    assert attempt.outcome == AttemptOutcome.TRANSIENT_ERROR and 0 <= attempt.retry_delay_seconds <= 0.02
+
+
+def test_failing_compensation_ends_in_compensation_failed_and_is_not_repeated_once_done():
+    task = task_submit(pipeline="t_local", input={"fail_b": "permanent", "fail_compensation": True})
+    assert task_run(task_id=str(task.pk), worker="w1") == "compensation_failed"
+    item = DLQItem.objects.get(task=task)
+    assert item.status == DLQStatus.OPEN and "compensation" in item.compensation_error
+    comp_attempts = StepAttempt.objects.filter(task=task, kind=AttemptKind.COMPENSATION)
+    assert comp_attempts.count() == 5  # the compensation retry policy's budget
+
+    Task.objects.filter(pk=task.pk).update(input={"fail_b": "permanent"})  # the operator fixed the cause
+    task_compensate(task_id=task.pk)
+    assert task_run(task_id=str(task.pk), worker="w1") == "compensated"
+    assert comp_attempts.filter(outcome=AttemptOutcome.SUCCEEDED).count() == 1
+    # Retrying again finds the compensation recorded: it does not run twice.
+    Task.objects.filter(pk=task.pk).update(input={"fail_b": "permanent", "fail_compensation": True})
+    assert DLQItem.objects.filter(task=task).count() == 1
+
+
+def test_two_claims_for_one_delivery_one_wins():
+    task = task_submit(pipeline="t_local", input={})
+    first = task_claim(task_id=str(task.pk), owner="a")
+    second = task_claim(task_id=str(task.pk), owner="b")
+    assert first is not None and second is None
+
+
+def test_a_zombie_cannot_checkpoint_or_change_state():
+    task = task_submit(pipeline="t_local", input={})
+    zombie = task_claim(task_id=str(task.pk), owner="zombie")
+    # The zombie stalls past its lease; the sweeper re-queues and another worker claims.
+    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert sweep_once().requeued == 1
+    successor = task_claim(task_id=str(task.pk), owner="successor")
+    assert successor is not None and successor.token > zombie.token
+
+    record = AttemptRecord(
+        kind=AttemptKind.STEP,
+        step_index=0,
+        step_name="local_a",
+        attempt=1,
+        worker="zombie",
+        started_at=timezone.now(),
+        finished_at=timezone.now(),
+        outcome=AttemptOutcome.SUCCEEDED,
+    )
+    with pytest.raises(LeaseLost):
+        step_succeeded(claim=zombie, record=record, output={"late": True}, used_keys={}, is_last=False)
+    assert not Checkpoint.objects.filter(task=task).exists()
+    with pytest.raises(LeaseLost):
+        step_succeeded(claim=zombie, record=record, output={"late": True}, used_keys={}, is_last=True)
+    task.refresh_from_db()
+    assert task.state == "running" and task.lease_owner == "successor" and task.current_step == 0
+    # The crash was counted and recorded.
+    assert task.crash_count == 1
+    assert StepAttempt.objects.filter(task=task, outcome=AttemptOutcome.CRASHED).count() == 1
+
+
+def test_expired_leases_past_the_bound_end_as_crash_loop(settings):
+    settings.RELIABILITY_MAX_CRASHES = 2
+    task = task_submit(pipeline="t_local", input={})
+    for _ in range(2):
+        assert task_claim(task_id=str(task.pk), owner="doomed") is not None
+        Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        sweep_once()
+    task.refresh_from_db()
+    assert (task.state, task.failure_reason) == ("compensating", "crash_loop")
+    assert DLQItem.objects.get(task=task).reason_code == "crash_loop"
+
+
+def test_due_retries_are_started_by_the_sweeper_without_a_scheduler():
+    task = task_submit(pipeline="t_local", input={"fail_b": "transient"})
+    task_run(task_id=str(task.pk), worker="w1")
+    Task.objects.filter(pk=task.pk).update(retry_at=timezone.now() - timedelta(seconds=5))
+    assert sweep_once().retries_started == 1
+    task.refresh_from_db()
+    assert task.state == "queued"
+
+
+def test_deadline_passed_before_start_fails_without_an_attempt():
+    task = task_submit(pipeline="t_local", input={}, deadline=0.001)
+    Task.objects.filter(pk=task.pk).update(deadline=timezone.now() - timedelta(seconds=1))
+    assert task_run(task_id=str(task.pk), worker="w1") == "compensated"
+    task.refresh_from_db()
+    assert task.failure_reason == "deadline_exceeded"
+    assert not StepAttempt.objects.filter(task=task, kind=AttemptKind.STEP).exists()

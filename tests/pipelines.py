@@ -1,0 +1,85 @@
+"""Pipelines used only by tests (loaded in workers through RELIABILITY_PIPELINE_MODULES)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+
+from reliability_console.exceptions import PermanentError, TransientError
+from tasks.demo.platform_client import ReportPlatform
+from tasks.pipelines import FailurePolicy, Pipeline
+from tasks.retry import RetryPolicy
+
+# Step 2 kills its own worker process, every time.
+crasher = Pipeline("t_crasher", retry=RetryPolicy(max_attempts=5, base_delay=0.1, max_delay=0.2))
+
+
+@crasher.step
+def first(ctx):
+    return {"ok": True}
+
+
+@first.compensation
+def undo_first(ctx):
+    return None
+
+
+@crasher.step
+def die(ctx):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+# A step that blocks in a raw socket read (no client timeout) on attempt 1.
+blocker = Pipeline(
+    "t_blocker",
+    retry=RetryPolicy(max_attempts=3, base_delay=0.1, max_delay=0.2, jitter=False),
+    failure_policy=FailurePolicy.PARK,
+)
+
+
+@blocker.step(timeout=1.0)
+def blocking_read(ctx):
+    if ctx.attempt == 1:
+        host, port = ctx.input["blackhole"]
+        with socket.create_connection((host, port)) as sock:
+            sock.recv(1)  # the far side accepts but never answers
+    return {"attempt": ctx.attempt}
+
+
+# Calls the platform with a short timeout: a hung HTTP call is cut by the step timeout.
+http_blocker = Pipeline(
+    "t_http_blocker",
+    retry=RetryPolicy(max_attempts=3, base_delay=0.1, max_delay=0.2, jitter=False),
+    failure_policy=FailurePolicy.PARK,
+)
+
+
+@http_blocker.step(timeout=1.0)
+def slow_report(ctx):
+    platform = ReportPlatform(ctx)
+    return platform.create_report(user_id="u-http", topic="t", key=ctx.idempotency_key("report"))
+
+
+# In-process pipelines for service-level tests (no HTTP).
+local = Pipeline("t_local", retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.02))
+
+
+@local.step
+def local_a(ctx):
+    return {"a": ctx.idempotency_key("a")}
+
+
+@local_a.compensation
+def local_undo_a(ctx):
+    if ctx.input.get("fail_compensation"):
+        raise TransientError("compensation target down", code="down")
+
+
+@local.step
+def local_b(ctx):
+    if ctx.input.get("fail_b") == "permanent":
+        raise PermanentError("refused", code="refused")
+    if ctx.input.get("fail_b") == "transient":
+        raise TransientError("flaky", code="flaky")
+    return {"b": 2}
