@@ -7,7 +7,8 @@ moment the task stays QUEUED and the sweeper delivers it later.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+import math
+from datetime import UTC, datetime
 
 import django_rq
 from django.conf import settings
@@ -55,6 +56,9 @@ def deliver_now(task_id, fencing_token: int) -> bool:
 
 def deliver_at(task_id, fencing_token: int, when: datetime) -> bool:
     """Schedule a run (a due retry) in RQ's scheduler; the sweeper is the fallback."""
+    # RQ's scheduler keeps whole seconds and would truncate: round up so a
+    # retry is never delivered before its backoff has ended.
+    when = datetime.fromtimestamp(math.ceil(when.timestamp()), tz=UTC)
     try:
         get_queue().enqueue_at(
             when,

@@ -1,0 +1,279 @@
+"""The report pipeline end to end: real workers, real Redis, PostgreSQL and the simulator over HTTP."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+
+import pytest
+
+from dlq.models import DLQItem, DLQStatus
+from tasks.models import AttemptKind, AttemptOutcome, StepAttempt, Task
+from tasks.services import task_submit
+from tests.support import pid_of_owner, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
+
+TERMINAL = {"succeeded", "failed", "compensated", "compensation_failed"}
+EFFECT_KINDS = ("charge", "report", "file_put", "notification")
+
+
+def reload(task: Task) -> Task:
+    return Task.objects.get(pk=task.pk)
+
+
+def wait_terminal(task: Task, timeout: float = 60, pool=None) -> Task:
+    def done():
+        current = reload(task)
+        return current if current.state in TERMINAL else None
+
+    try:
+        return wait_for(done, timeout=timeout, message=f"task {task.pk} to finish")
+    except AssertionError:
+        if pool is not None:
+            print(pool.logs())
+        raise
+
+
+def effects(platform, task) -> Counter:
+    """How many calls of each kind changed state at the platform for this task."""
+    return Counter(c["kind"] for c in platform.calls(task_id=str(task.pk)) if c["effect"])
+
+
+def test_a_report_succeeds_with_exactly_one_of_each_effect(platform, start_workers):
+    pool = start_workers(2)
+    task = task_submit(pipeline="report", input={"user_id": "alice", "topic": "sales"})
+    task = wait_terminal(task, pool=pool)
+    assert task.state == "succeeded", pool.logs()
+    assert effects(platform, task) == Counter({kind: 1 for kind in EFFECT_KINDS})
+    keys = [c["idempotency_key"] for c in platform.calls(task_id=str(task.pk))]
+    assert len(keys) == 4 and len(set(keys)) == 4
+    assert all(c["task_id"] == str(task.pk) for c in platform.calls(task_id=str(task.pk)))
+    assert task.result["notification_id"]
+
+
+def test_transient_faults_are_retried_with_backoff_and_one_key_per_effect(platform, start_workers):
+    platform.set_faults(
+        rules=[
+            {"path_prefix": "/v1/quota/charges", "user_id": "bob", "status": 503, "times": 2},
+            {"path_prefix": "/v1/reports", "user_id": "bob", "status": 429, "retry_after": 2, "times": 1},
+            {"path_prefix": "/v1/notifications", "user_id": "bob", "slow": 11, "times": 1},
+        ]
+    )
+    pool = start_workers(2)
+    task = task_submit(pipeline="report", input={"user_id": "bob", "topic": "churn"})
+    task = wait_terminal(task, timeout=90, pool=pool)
+    assert task.state == "succeeded", pool.logs()
+    assert effects(platform, task) == Counter({kind: 1 for kind in EFFECT_KINDS})
+
+    calls = platform.calls(task_id=str(task.pk))
+    by_kind: dict[str, set] = {}
+    for call in calls:
+        by_kind.setdefault(call["kind"], set()).add(call["idempotency_key"])
+    assert all(len(keys) == 1 for keys in by_kind.values()), by_kind  # the same key on every attempt
+    assert Counter(c["kind"] for c in calls)["charge"] == 3
+
+    attempts = list(StepAttempt.objects.filter(task=task, kind=AttemptKind.STEP).order_by("started_at"))
+    failed = [a for a in attempts if a.outcome != AttemptOutcome.SUCCEEDED]
+    assert [a.step_name for a in failed] == ["charge_quota", "charge_quota", "generate_report", "notify_user"]
+    policy_cap = 8.0
+    for attempt in failed:
+        following = next(a for a in attempts if a.started_at > attempt.started_at and a.step_name == attempt.step_name)
+        gap = (following.started_at - attempt.finished_at).total_seconds()
+        assert gap >= attempt.retry_delay_seconds - 0.05  # no attempt starts before its backoff ends
+        if attempt.retry_after_seconds:
+            assert attempt.retry_delay_seconds >= attempt.retry_after_seconds == 2
+        else:
+            assert 0 <= attempt.retry_delay_seconds <= policy_cap
+    assert failed[-1].outcome == AttemptOutcome.TIMEOUT
+
+
+def test_a_permanent_402_is_not_retried_and_is_compensated_with_one_notice(platform, start_workers):
+    platform.set_faults(insufficient_users=["broke"])
+    pool = start_workers(2)
+    task = task_submit(pipeline="report", input={"user_id": "broke", "topic": "q3"})
+    task = wait_terminal(task, pool=pool)
+    assert task.state == "compensated", pool.logs()
+    assert (task.failure_reason, task.failure_code) == ("permanent_error", "insufficient_quota")
+    assert StepAttempt.objects.filter(task=task, kind=AttemptKind.STEP).count() == 1
+    calls = platform.calls(task_id=str(task.pk))
+    assert Counter(c["kind"] for c in calls) == Counter({"charge": 1, "notification": 1})
+    notice = next(c for c in calls if c["kind"] == "notification")
+    assert "insufficient_quota" in notice["body"]["message"]
+    item = DLQItem.objects.get(task=task)
+    assert (item.status, item.reason_code, item.error_code) == (DLQStatus.COMPENSATED, "permanent_error", "insufficient_quota")
+    assert item.reason
+
+
+def test_a_late_permanent_error_compensates_in_reverse_order(platform, start_workers):
+    platform.set_faults(rules=[{"path_prefix": "/v1/notifications", "user_id": "carol", "status": 422, "times": 1}])
+    pool = start_workers(1)
+    task = task_submit(pipeline="report", input={"user_id": "carol", "topic": "ops"})
+    task = wait_terminal(task, pool=pool)
+    assert task.state == "compensated", pool.logs()
+    mutating = [c["kind"] for c in platform.calls(task_id=str(task.pk)) if c["effect"]]
+    assert mutating == ["charge", "report", "file_put", "file_delete", "refund", "notification"]
+    state = platform.state()
+    charge = next(c for c in state["charges"].values() if c["task_id"] == str(task.pk))
+    assert charge["refunded"] and not any(f["task_id"] == str(task.pk) for f in state["files"].values())
+
+
+def test_a_worker_killed_mid_step_3_resumes_elsewhere_without_repeating_steps(platform, start_workers, start_sweeper):
+    platform.set_faults(rules=[{"path_prefix": "/v1/files/", "user_id": "dave", "hang": 30, "times": 1}])
+    pool = start_workers(2)
+    start_sweeper()
+    task = task_submit(pipeline="report", input={"user_id": "dave", "topic": "kill"})
+
+    def in_step_3():
+        current = reload(task)
+        hung = any(c["kind"] == "file_put" for c in platform.calls(task_id=str(task.pk)))
+        return current if current.current_step == 2 and current.lease_owner and hung else None
+
+    running = wait_for(in_step_3, timeout=30, message="step 3 in flight")
+    victim = pool.by_pid(pid_of_owner(running.lease_owner))
+    assert victim is not None
+    victim.kill(signal.SIGKILL)
+
+    task = wait_terminal(task, timeout=60, pool=pool)
+    assert task.state == "succeeded", pool.logs()
+    assert task.crash_count == 1
+    kinds = Counter(c["kind"] for c in platform.calls(task_id=str(task.pk)))
+    assert kinds["charge"] == 1 and kinds["report"] == 1  # steps 1 and 2 were not called again
+    assert effects(platform, task) == Counter({kind: 1 for kind in EFFECT_KINDS})
+    resumed = StepAttempt.objects.get(task=task, step_name="upload_file", outcome=AttemptOutcome.SUCCEEDED)
+    assert pid_of_owner(resumed.worker) != victim.pid
+    assert StepAttempt.objects.filter(task=task, outcome=AttemptOutcome.CRASHED, step_name="upload_file").count() == 1
+
+
+def test_a_task_delivered_twice_at_once_runs_its_steps_once(platform, start_workers):
+    from tasks.delivery import deliver_now
+
+    platform.set_faults(rules=[{"path_prefix": "/v1/quota/charges", "user_id": "erin", "slow": 0.5, "times": 1}])
+    task = task_submit(pipeline="report", input={"user_id": "erin", "topic": "dup"})
+    # A second job for the same task, under another job id: two deliveries race.
+    deliver_now(task.pk, 99)
+    pool = start_workers(2)
+    task = wait_terminal(task, pool=pool)
+    assert task.state == "succeeded", pool.logs()
+    assert effects(platform, task) == Counter({kind: 1 for kind in EFFECT_KINDS})
+    assert StepAttempt.objects.filter(task=task).count() == 4
+    assert "event=delivery_skipped" in pool.logs()
+
+
+def test_a_deadline_passing_during_backoff_fails_without_another_attempt(platform, start_workers):
+    platform.set_faults(
+        rules=[{"path_prefix": "/v1/reports", "user_id": "fred", "status": 429, "retry_after": 1.5, "times": 10}]
+    )
+    pool = start_workers(2)
+    task = task_submit(pipeline="report", input={"user_id": "fred", "topic": "late"}, deadline=4)
+    task = wait_terminal(task, timeout=60, pool=pool)
+    assert task.state == "compensated", pool.logs()
+    assert task.failure_reason == "deadline_exceeded"
+    deadline_ms = task.deadline.timestamp() * 1000
+    step_calls = [c for c in platform.calls(task_id=str(task.pk)) if c["kind"] in ("charge", "report")]
+    assert all(c["received_ms"] <= c["deadline_ms"] <= deadline_ms + 1 for c in step_calls)
+    assert not any(c["late"] for c in platform.calls(task_id=str(task.pk)))
+    attempts = StepAttempt.objects.filter(task=task, kind=AttemptKind.STEP)
+    assert all(a.started_at.timestamp() * 1000 < deadline_ms for a in attempts)
+    state = platform.state()
+    charge = next(c for c in state["charges"].values() if c["task_id"] == str(task.pk))
+    assert charge["refunded"]
+    assert DLQItem.objects.get(task=task).reason_code == "deadline_exceeded"
+
+
+def test_a_step_blocked_in_a_socket_read_is_interrupted_and_retried(start_workers):
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)  # accepts connections into the backlog, never answers
+    try:
+        pool = start_workers(1)
+        task = task_submit(pipeline="t_blocker", input={"blackhole": ["127.0.0.1", listener.getsockname()[1]]})
+        task = wait_terminal(task, timeout=30, pool=pool)
+    finally:
+        listener.close()
+    assert task.state == "succeeded", pool.logs()
+    first, second = StepAttempt.objects.filter(task=task).order_by("started_at")
+    assert first.outcome == AttemptOutcome.TIMEOUT and first.error_code == "step_timeout"
+    assert 0.9 <= first.duration_seconds <= 1.0 + 0.5
+    assert second.outcome == AttemptOutcome.SUCCEEDED
+
+
+def test_a_hung_http_call_is_cut_at_the_step_timeout_and_retried(platform, start_workers):
+    platform.set_faults(rules=[{"path_prefix": "/v1/reports", "hang": 20, "times": 1}])
+    pool = start_workers(1)
+    task = task_submit(pipeline="t_http_blocker", input={})
+    task = wait_terminal(task, timeout=30, pool=pool)
+    assert task.state == "succeeded", pool.logs()
+    first = StepAttempt.objects.filter(task=task).order_by("started_at").first()
+    assert first.outcome == AttemptOutcome.TIMEOUT and first.duration_seconds <= 1.5
+
+
+def test_submission_survives_redis_being_down_and_the_sweeper_delivers(platform, start_workers, start_sweeper, redis_server):
+    redis_server.stop()
+    try:
+        started = time.monotonic()
+        task = task_submit(pipeline="report", input={"user_id": "gina", "topic": "outage"})
+        assert time.monotonic() - started < 15
+        assert reload(task).state == "queued"
+    finally:
+        redis_server.start()
+    pool = start_workers(2)
+    start_sweeper()
+    task = wait_terminal(task, timeout=60, pool=pool)
+    assert task.state == "succeeded", pool.logs()
+    assert effects(platform, task) == Counter({kind: 1 for kind in EFFECT_KINDS})
+
+
+def test_flushall_while_tasks_are_queued_loses_nothing(platform, start_workers, start_sweeper, redis_server):
+    tasks = [task_submit(pipeline="report", input={"user_id": f"h{i}", "topic": "flush"}) for i in range(5)]
+    redis_server.flushall()
+    pool = start_workers(2)
+    start_sweeper()
+    for task in tasks:
+        done = wait_terminal(task, timeout=60, pool=pool)
+        assert done.state == "succeeded", pool.logs()
+        assert effects(platform, done) == Counter({kind: 1 for kind in EFFECT_KINDS})
+
+
+def test_a_task_that_kills_its_worker_every_time_ends_as_crash_loop(start_workers, start_sweeper):
+    pool = start_workers(2, replace_dead=True)
+    start_sweeper()
+    task = task_submit(pipeline="t_crasher", input={})
+    task = wait_terminal(task, timeout=90, pool=pool)
+    assert task.state == "compensated", pool.logs()
+    assert (task.failure_reason, task.crash_count) == ("crash_loop", 3)
+    item = DLQItem.objects.get(task=task)
+    assert item.reason_code == "crash_loop" and item.failing_step == "die"
+    assert StepAttempt.objects.filter(task=task, outcome=AttemptOutcome.CRASHED).count() == 3
+
+
+def test_a_compensation_that_keeps_failing_ends_in_compensation_failed(platform, start_workers):
+    from tasks.services import task_compensate
+
+    platform.set_faults(
+        rules=[
+            {"path_prefix": "/v1/notifications", "user_id": "ivan", "status": 422, "times": 1},
+            {"path_prefix": "/v1/quota/charges/", "method": "POST", "status": 503, "times": 1000},
+        ]
+    )
+    pool = start_workers(1)
+    task = task_submit(pipeline="report", input={"user_id": "ivan", "topic": "stuck"})
+    task = wait_terminal(task, timeout=90, pool=pool)
+    assert task.state == "compensation_failed", pool.logs()
+    item = DLQItem.objects.get(task=task)
+    assert item.status == DLQStatus.OPEN and "charge_quota" in item.compensation_error
+    deletes = [c for c in platform.calls(task_id=str(task.pk)) if c["kind"] == "file_delete"]
+    assert len(deletes) == 1
+
+    platform.set_faults(rules=[])
+    task_compensate(task_id=task.pk)
+    task = wait_terminal(task, timeout=60, pool=pool)
+    assert task.state == "compensated", pool.logs()
+    # The delete that already succeeded was not repeated; the refund went through once.
+    calls = platform.calls(task_id=str(task.pk))
+    assert len([c for c in calls if c["kind"] == "file_delete"]) == 1
+    assert len([c for c in calls if c["kind"] == "refund" and c["effect"]]) == 1
+    assert DLQItem.objects.filter(task=task).count() == 1
