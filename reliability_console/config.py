@@ -73,10 +73,10 @@ class Env:
         return [part.strip() for part in raw.split(",") if part.strip()]
 
 
-def database_config(url: str, base_dir: Path) -> dict:
+def database_config(url: str, var_dir: Path) -> dict:
     """Return a Django DATABASES entry for ``url`` (or the local SQLite file when empty)."""
     if not url:
-        return sqlite_config(base_dir / "var" / "reliability.sqlite3")
+        return sqlite_config(var_dir / "reliability.sqlite3")
     parsed = urlparse(url)
     if parsed.scheme in ("postgres", "postgresql", "pgsql"):
         if not parsed.path.strip("/"):

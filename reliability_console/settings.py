@@ -15,6 +15,8 @@ from reliability_console.config import (
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = Env()
+# Local state of the zero-setup run: the SQLite file, static files, the embedded Redis.
+VAR_DIR = Path(env.str("RELIABILITY_VAR_DIR") or BASE_DIR / "var")
 
 DEBUG = env.bool("DJANGO_DEBUG", False)
 SECRET_KEY = env.str("DJANGO_SECRET_KEY")
@@ -67,7 +69,7 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": database_config(env.str("DATABASE_URL"), BASE_DIR)}
+DATABASES = {"default": database_config(env.str("DATABASE_URL"), VAR_DIR)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = env.str("LANGUAGE_CODE", "en")
@@ -76,7 +78,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "var" / "static"
+STATIC_ROOT = VAR_DIR / "static"
 
 # --- Redis and RQ -----------------------------------------------------------
 # Redis only delivers "run task X now"; the database is the source of truth.
@@ -117,11 +119,14 @@ RELIABILITY_REDACT_PATTERN = env.str(
 )
 REPORT_PLATFORM_URL = validate_http_url("REPORT_PLATFORM_URL", env.str("REPORT_PLATFORM_URL", "http://127.0.0.1:8765"))
 
+LOG_LEVEL = env.str("RELIABILITY_LOG_LEVEL", "INFO").upper()
+if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    raise ImproperlyConfigured(f"RELIABILITY_LOG_LEVEL={LOG_LEVEL!r} is not a log level")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"structured": {"()": "reliability_console.logging.StructuredFormatter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
-    "root": {"handlers": ["console"], "level": env.str("RELIABILITY_LOG_LEVEL", "INFO").upper()},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

@@ -99,6 +99,11 @@ class Task(ConcurrentTransitionMixin, models.Model):
     def __str__(self) -> str:
         return f"{self.pipeline} {self.id} ({self.state})"
 
+    # A worker's save is also fenced: see _do_update.
+    def save(self, *args, **kwargs) -> None:
+        super().save(*args, **kwargs)
+        self._loaded_fencing_token = self.fencing_token
+
     # --- fencing --------------------------------------------------------------
     # A save made by a worker is conditional on the fencing token the worker
     # read when it loaded the row (on top of the mixin's state condition).
@@ -117,10 +122,6 @@ class Task(ConcurrentTransitionMixin, models.Model):
         instance = super().from_db(db, field_names, values)
         instance._loaded_fencing_token = instance.__dict__.get("fencing_token")
         return instance
-
-    def save(self, *args, **kwargs) -> None:
-        super().save(*args, **kwargs)
-        self._loaded_fencing_token = self.fencing_token
 
     def _take_lease(self, owner: str, lease_seconds: float) -> None:
         self.fencing_token = (self.fencing_token or 0) + 1

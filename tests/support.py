@@ -64,7 +64,7 @@ class ManagedProcess:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.log_path = LOG_DIR / f"{name}-{os.getpid()}-{time.monotonic_ns()}.log"
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
 
     @property

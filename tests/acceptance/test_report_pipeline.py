@@ -102,7 +102,11 @@ def test_a_permanent_402_is_not_retried_and_is_compensated_with_one_notice(platf
     notice = next(c for c in calls if c["kind"] == "notification")
     assert "insufficient_quota" in notice["body"]["message"]
     item = DLQItem.objects.get(task=task)
-    assert (item.status, item.reason_code, item.error_code) == (DLQStatus.COMPENSATED, "permanent_error", "insufficient_quota")
+    assert (item.status, item.reason_code, item.error_code) == (
+        DLQStatus.COMPENSATED,
+        "permanent_error",
+        "insufficient_quota",
+    )
     assert item.reason
 
 
@@ -211,7 +215,9 @@ def test_a_hung_http_call_is_cut_at_the_step_timeout_and_retried(platform, start
     assert first.outcome == AttemptOutcome.TIMEOUT and first.duration_seconds <= 1.5
 
 
-def test_submission_survives_redis_being_down_and_the_sweeper_delivers(platform, start_workers, start_sweeper, redis_server):
+def test_submission_survives_redis_being_down_and_the_sweeper_delivers(
+    platform, start_workers, start_sweeper, redis_server
+):
     redis_server.stop()
     try:
         started = time.monotonic()

@@ -1,5 +1,3 @@
-import socket
-
 import pytest
 import requests
 
@@ -16,7 +14,7 @@ from tasks.classify import classify
         (StepTimeout("late"), True, "step_timeout", True),
         (requests.ReadTimeout("slow"), True, "timeout", True),
         (requests.ConnectionError("refused"), True, "connection_error", True),
-        (socket.timeout("slow"), True, "timeout", True),
+        (TimeoutError("slow"), True, "timeout", True),
         (ConnectionResetError("reset"), True, "connection_error", True),
         (ValueError("bug"), False, "unhandled_exception", False),
         (KeyError("missing"), False, "unhandled_exception", False),

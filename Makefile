@@ -1,0 +1,36 @@
+# Reliability Console. Fresh machine: `make run` (the product) and `make test` (the tests).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Tests run against PostgreSQL (pytest-django creates and drops test_<name>).
+TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/reliability_console
+
+.PHONY: run test lint format install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[dev,local]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/python scripts/run_local.py
+
+test: install lint
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache
