@@ -79,6 +79,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+# WhiteNoise serves from here (after collectstatic) and warns when it is missing.
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 
 # --- Redis and RQ -----------------------------------------------------------
 # Redis only delivers "run task X now"; the database is the source of truth.

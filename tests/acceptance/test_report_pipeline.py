@@ -283,3 +283,43 @@ def test_a_compensation_that_keeps_failing_ends_in_compensation_failed(platform,
     assert len([c for c in calls if c["kind"] == "file_delete"]) == 1
     assert len([c for c in calls if c["kind"] == "refund" and c["effect"]]) == 1
     assert DLQItem.objects.filter(task=task).count() == 1
+
+
+def test_a_stopped_worker_that_wakes_after_losing_its_lease_writes_nothing(platform, start_workers, start_sweeper):
+    platform.set_faults(rules=[{"path_prefix": "/v1/reports", "user_id": "zed", "slow": 1.5, "times": 1}])
+    pool = start_workers(2)
+    start_sweeper()
+    task = task_submit(pipeline="report", input={"user_id": "zed", "topic": "zombie"})
+
+    def in_step_2():
+        current = reload(task)
+        waiting = any(c["kind"] == "report" for c in platform.calls(task_id=str(task.pk)))
+        return current if current.current_step == 1 and current.lease_owner and waiting else None
+
+    running = wait_for(in_step_2, timeout=30, message="step 2 in flight")
+    zombie = pool.by_pid(pid_of_owner(running.lease_owner))
+    zombie.kill(signal.SIGSTOP)
+    try:
+        task = wait_terminal(task, timeout=60, pool=pool)
+    finally:
+        zombie.kill(signal.SIGCONT)
+    assert task.state == "succeeded", pool.logs()
+    wait_for(lambda: "event=lease_lost" in zombie.output(), timeout=30, message="the zombie to notice")
+    assert effects(platform, task) == Counter({kind: 1 for kind in EFFECT_KINDS})
+    # The zombie's late answer did not add a checkpoint, attempt or state change.
+    assert reload(task).state == "succeeded"
+    assert StepAttempt.objects.filter(task=task, outcome=AttemptOutcome.SUCCEEDED).count() == 4
+    assert not StepAttempt.objects.filter(task=task, worker=running.lease_owner, step_name="generate_report").filter(
+        outcome=AttemptOutcome.SUCCEEDED
+    )
+
+
+def test_workers_refuse_jobs_that_are_not_registered_entry_points(start_workers, clean_redis):
+    import django_rq
+    from rq.job import JobStatus
+
+    queue = django_rq.get_queue("default")
+    job = queue.enqueue_call("os.getcwd", job_id="not-an-entry-point", failure_ttl=600)
+    start_workers(1)
+    wait_for(lambda: job.get_status(refresh=True) == JobStatus.FAILED, timeout=30, message="job refused")
+    assert "not a registered entry point" in (job.latest_result().exc_string or "")

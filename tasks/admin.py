@@ -1,0 +1,111 @@
+"""Read-only task pages: nobody edits a task's fields by hand (state changes go through services)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from tasks.models import Checkpoint, SideEffect, StepAttempt, Task
+from tasks.redaction import redact
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class StepAttemptInline(ReadOnlyInline):
+    model = StepAttempt
+    # The traceback stays server-side: it is not listed here.
+    fields = (
+        "kind",
+        "step_index",
+        "step_name",
+        "attempt",
+        "outcome",
+        "error_code",
+        "error_message",
+        "started_at",
+        "finished_at",
+        "retry_delay_seconds",
+        "worker",
+    )
+    readonly_fields = fields
+
+
+class CheckpointInline(ReadOnlyInline):
+    model = Checkpoint
+    fields = ("step_index", "step_name", "redacted_output", "created_at")
+    readonly_fields = fields
+
+    @admin.display(description="output")
+    def redacted_output(self, obj: Checkpoint):
+        return redact(obj.output)
+
+
+class SideEffectInline(ReadOnlyInline):
+    model = SideEffect
+    fields = ("generation", "step_name", "effect_name", "effect_key", "status", "compensated_at")
+    readonly_fields = fields
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = ("id", "pipeline", "state", "current_step", "total_steps", "failure_reason", "created_at")
+    list_filter = ("state", "pipeline", "failure_reason")
+    search_fields = ("=id", "idempotency_key", "failure_message")
+    date_hierarchy = "created_at"
+    show_full_result_count = False
+    inlines = (StepAttemptInline, CheckpointInline, SideEffectInline)
+    exclude = ("input", "result")
+    readonly_fields = (
+        "id",
+        "pipeline",
+        "state",
+        "redacted_input",
+        "redacted_result",
+        "current_step",
+        "total_steps",
+        "step_attempt",
+        "total_attempts",
+        "generation",
+        "deadline",
+        "retry_at",
+        "lease_owner",
+        "lease_expires_at",
+        "fencing_token",
+        "crash_count",
+        "failure_reason",
+        "failure_code",
+        "failure_message",
+        "failed_step",
+        "idempotency_scope",
+        "idempotency_key",
+        "request_fingerprint",
+        "created_at",
+        "updated_at",
+        "finished_at",
+    )
+
+    @admin.display(description="input")
+    def redacted_input(self, obj: Task):
+        return redact(obj.input)
+
+    @admin.display(description="result")
+    def redacted_result(self, obj: Task):
+        return redact(obj.result)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
