@@ -72,7 +72,9 @@ class Stack:
 
     def start(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.log_dir / f"{name}.log", "ab")
-        process = subprocess.Popen(argv, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        # Own process group: Ctrl-C reaches only this supervisor, which then
+        # stops the product before the services it depends on.
+        process = subprocess.Popen(argv, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, process_group=0)
         self.processes.append((name, process))
         return process
 
@@ -138,6 +140,8 @@ def main() -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
+    # Explicit: a shell that started us in the background may have set SIGINT to "ignore".
+    signal.signal(signal.SIGINT, on_signal)
     try:
         if not env.get("REDIS_URL"):
             redis_port = free_port(6390)

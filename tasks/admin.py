@@ -4,20 +4,15 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from reliability_console.admin_mixins import ReadOnlyAdminMixin
 from tasks.models import Checkpoint, SideEffect, StepAttempt, Task
 from tasks.redaction import redact
 
 
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = False
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 class StepAttemptInline(ReadOnlyInline):
@@ -56,7 +51,7 @@ class SideEffectInline(ReadOnlyInline):
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("id", "pipeline", "state", "current_step", "total_steps", "failure_reason", "created_at")
     list_filter = ("state", "pipeline", "failure_reason")
     search_fields = ("=id", "idempotency_key", "failure_message")
@@ -100,12 +95,3 @@ class TaskAdmin(admin.ModelAdmin):
     @admin.display(description="result")
     def redacted_result(self, obj: Task):
         return redact(obj.result)
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

@@ -98,6 +98,22 @@ def _attempt_with_retries(claim, *, kind, index, name, function, output, timeout
     while True:
         attempt += 1
         started_at = timezone.now()
+
+        def record(outcome, error=None, tb="", delay=None, attempt=attempt, started_at=started_at):
+            return AttemptRecord(
+                kind=kind,
+                step_index=index,
+                step_name=name,
+                attempt=attempt,
+                worker=claim.owner,
+                started_at=started_at,
+                finished_at=timezone.now(),
+                outcome=outcome,
+                error=error,
+                traceback=tb,
+                retry_delay=delay,
+            )
+
         ctx = StepContext(
             task_id=task.pk,
             pipeline=task.pipeline,
@@ -119,25 +135,15 @@ def _attempt_with_retries(claim, *, kind, index, name, function, output, timeout
         except (Exception, StepTimeout) as exc:
             error = classify(exc, policy.transient_errors)
             decision = policy.decide(attempt=attempt, error=error, now=time.time(), deadline=None)
-            outcome = (
-                AttemptOutcome.TIMEOUT
-                if isinstance(exc, StepTimeout)
-                else (AttemptOutcome.TRANSIENT_ERROR if error.transient else AttemptOutcome.PERMANENT_ERROR)
-            )
-            record = AttemptRecord(
-                kind=kind,
-                step_index=index,
-                step_name=name,
-                attempt=attempt,
-                worker=claim.owner,
-                started_at=started_at,
-                finished_at=timezone.now(),
-                outcome=outcome,
-                error=error,
-                traceback=traceback.format_exc(limit=20),
-                retry_delay=decision.delay if decision.retry else None,
-            )
-            compensation_attempt_recorded(claim=claim, record=record, compensated_step=None)
+            if isinstance(exc, StepTimeout):
+                outcome = AttemptOutcome.TIMEOUT
+            elif error.transient:
+                outcome = AttemptOutcome.TRANSIENT_ERROR
+            else:
+                outcome = AttemptOutcome.PERMANENT_ERROR
+            delay = decision.delay if decision.retry else None
+            tb = traceback.format_exc(limit=20)
+            compensation_attempt_recorded(claim=claim, record=record(outcome, error, tb, delay), compensated_step=None)
             logger.warning(
                 "compensation attempt failed",
                 extra={
@@ -154,16 +160,7 @@ def _attempt_with_retries(claim, *, kind, index, name, function, output, timeout
             # the heartbeat) keeps another worker from doing the same undo.
             time.sleep(decision.delay)
             continue
-        record = AttemptRecord(
-            kind=kind,
-            step_index=index,
-            step_name=name,
-            attempt=attempt,
-            worker=claim.owner,
-            started_at=started_at,
-            finished_at=timezone.now(),
-            outcome=AttemptOutcome.SUCCEEDED,
-        )
+        record_ok = record(AttemptOutcome.SUCCEEDED)
         compensated = index if kind == AttemptKind.COMPENSATION else None
-        compensation_attempt_recorded(claim=claim, record=record, compensated_step=compensated)
+        compensation_attempt_recorded(claim=claim, record=record_ok, compensated_step=compensated)
         return ""

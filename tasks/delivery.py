@@ -36,22 +36,12 @@ def get_queue():
 
 def deliver_now(task_id, fencing_token: int) -> bool:
     """Enqueue a run of ``task_id``; return False (and log) when Redis is unavailable."""
-    try:
-        get_queue().enqueue_call(
-            RUN_TASK_ENTRY_POINT,
-            args=(str(task_id),),
-            job_id=job_id(task_id, fencing_token),
-            result_ttl=JOB_RESULT_TTL,
-            failure_ttl=JOB_FAILURE_TTL,
-            timeout=-1,
-        )
-    except RedisError as exc:
-        logger.warning(
-            "delivery postponed: Redis unavailable",
-            extra={"event": "delivery_failed", "task_id": str(task_id), "error": type(exc).__name__},
-        )
-        return False
-    return True
+    return _enqueue(
+        task_id,
+        lambda queue: queue.enqueue_call(
+            RUN_TASK_ENTRY_POINT, args=(str(task_id),), **_job_options(task_id, fencing_token)
+        ),
+    )
 
 
 def deliver_at(task_id, fencing_token: int, when: datetime) -> bool:
@@ -59,19 +49,26 @@ def deliver_at(task_id, fencing_token: int, when: datetime) -> bool:
     # RQ's scheduler keeps whole seconds and would truncate: round up so a
     # retry is never delivered before its backoff has ended.
     when = datetime.fromtimestamp(math.ceil(when.timestamp()), tz=UTC)
+    options = _job_options(task_id, fencing_token)
+    options["job_timeout"] = options.pop("timeout")
+    return _enqueue(task_id, lambda queue: queue.enqueue_at(when, RUN_TASK_ENTRY_POINT, str(task_id), **options))
+
+
+def _job_options(task_id, fencing_token: int) -> dict:
+    return {
+        "job_id": job_id(task_id, fencing_token),
+        "result_ttl": JOB_RESULT_TTL,
+        "failure_ttl": JOB_FAILURE_TTL,
+        "timeout": -1,
+    }
+
+
+def _enqueue(task_id, enqueue) -> bool:
     try:
-        get_queue().enqueue_at(
-            when,
-            RUN_TASK_ENTRY_POINT,
-            str(task_id),
-            job_id=job_id(task_id, fencing_token),
-            result_ttl=JOB_RESULT_TTL,
-            failure_ttl=JOB_FAILURE_TTL,
-            job_timeout=-1,
-        )
+        enqueue(get_queue())
     except RedisError as exc:
         logger.warning(
-            "retry scheduling postponed: Redis unavailable",
+            "delivery postponed: Redis unavailable",
             extra={"event": "delivery_failed", "task_id": str(task_id), "error": type(exc).__name__},
         )
         return False

@@ -7,6 +7,7 @@ round trip happens between two steps of a task.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -113,20 +114,11 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
             retry_delay=delay,
         )
 
+    # A transactional step's own writes commit together with its checkpoint;
+    # otherwise the checkpoint transaction opens only after the step returned.
+    scope = transaction.atomic() if step.transactional else contextlib.nullcontext()
     try:
-        if step.transactional:
-            # The step's own writes commit together with its checkpoint.
-            with transaction.atomic():
-                with time_limit(effective, f"step {step.name!r}"):
-                    output = _json_output(step(ctx))
-                step_succeeded(
-                    claim=claim,
-                    record=record(AttemptOutcome.SUCCEEDED),
-                    output=output,
-                    used_keys=ctx.used_keys,
-                    is_last=is_last,
-                )
-        else:
+        with scope:
             with time_limit(effective, f"step {step.name!r}"):
                 output = _json_output(step(ctx))
             step_succeeded(
@@ -139,8 +131,6 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
     except LeaseLost:
         raise
     except (Exception, StepTimeout) as exc:
-        if isinstance(exc, LeaseLost):
-            raise
         error = classify(exc, policy.transient_errors)
         outcome = _outcome_of(exc, error)
         tb = traceback.format_exc(limit=20)
