@@ -83,3 +83,15 @@ def local_b(ctx):
     if ctx.input.get("fail_b") == "transient":
         raise TransientError("flaky", code="flaky")
     return {"b": 2}
+
+
+# A step that runs longer than the lease: the heartbeat must keep the lease alive.
+long_step = Pipeline("t_long", failure_policy=FailurePolicy.PARK)
+
+
+@long_step.step(timeout=30)
+def sleep_a_while(ctx):
+    import time
+
+    time.sleep(ctx.input["seconds"])
+    return {"slept": ctx.input["seconds"]}

@@ -323,3 +323,13 @@ def test_workers_refuse_jobs_that_are_not_registered_entry_points(start_workers,
     start_workers(1)
     wait_for(lambda: job.get_status(refresh=True) == JobStatus.FAILED, timeout=30, message="job refused")
     assert "not a registered entry point" in (job.latest_result().exc_string or "")
+
+
+def test_a_step_longer_than_the_lease_keeps_its_lease_by_heartbeat(start_workers, start_sweeper):
+    pool = start_workers(1)
+    start_sweeper()
+    task = task_submit(pipeline="t_long", input={"seconds": 7})  # the lease is 3 s in these tests
+    task = wait_terminal(task, timeout=30, pool=pool)
+    assert task.state == "succeeded", pool.logs()
+    assert task.crash_count == 0
+    assert StepAttempt.objects.filter(task=task).count() == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import zlib
 from datetime import timedelta
 
 import pytest
@@ -74,6 +76,9 @@ def test_submission_puts_a_job_in_redis(clean_redis):
     task = task_submit(pipeline="t_local", input={})
     queue = django_rq.get_queue("default")
     assert queue.job_ids == [f"task-{task.pk}-d0"]
+    # The job payload in Redis is JSON, never a pickle.
+    raw = zlib.decompress(queue.connection.hget(f"rq:job:task-{task.pk}-d0", "data"))
+    assert json.loads(raw)[0] == "tasks.jobs.run_task"
 
 
 def test_success_checkpoints_each_step_and_finishes():

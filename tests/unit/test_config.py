@@ -1,0 +1,58 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from reliability_console.config import Env, database_config, redact_url, validate_http_url, validate_redis_url
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [("abc", "not a number"), ("nan", "finite"), ("-1", "at least"), ("inf", "finite")],
+)
+def test_numbers_are_validated(raw, message):
+    with pytest.raises(ImproperlyConfigured, match=message):
+        Env({"X": raw}).number("X", 1, minimum=0)
+
+
+def test_integers_and_booleans():
+    env = Env({"N": "3", "B": "yes", "BAD": "maybe"})
+    assert env.integer("N", 1) == 3 and env.bool("B") is True
+    with pytest.raises(ImproperlyConfigured):
+        env.bool("BAD")
+    with pytest.raises(ImproperlyConfigured):
+        Env({"N": "3.5"}).integer("N", 1)
+
+
+def test_database_urls(tmp_path):
+    assert database_config("", tmp_path)["ENGINE"] == "django.db.backends.sqlite3"
+    sqlite = database_config("", tmp_path)["OPTIONS"]
+    assert sqlite["transaction_mode"] == "IMMEDIATE" and "journal_mode=WAL" in sqlite["init_command"]
+    pg = database_config("postgresql://u:p@db:5432/app", tmp_path)
+    assert (pg["ENGINE"], pg["NAME"], pg["HOST"]) == ("django.db.backends.postgresql", "app", "db")
+    with pytest.raises(ImproperlyConfigured, match="not supported"):
+        database_config("mysql://x/y", tmp_path)
+    with pytest.raises(ImproperlyConfigured, match="names no database"):
+        database_config("postgresql://u@db:5432/", tmp_path)
+
+
+def test_url_validation_and_redaction():
+    assert validate_redis_url("redis://localhost:6379/0")
+    with pytest.raises(ImproperlyConfigured):
+        validate_redis_url("http://localhost")
+    with pytest.raises(ImproperlyConfigured):
+        validate_http_url("REPORT_PLATFORM_URL", "ftp://x")
+    assert redact_url("postgresql://u:hunter2@h/db") == "postgresql://u:***@h/db"
+
+
+def test_a_bad_setting_stops_manage_py_with_one_readable_line():
+    env = {"PATH": "/usr/bin:/bin", "DJANGO_SECRET_KEY": "x", "RELIABILITY_LEASE_SECONDS": "soon"}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == "configuration error: RELIABILITY_LEASE_SECONDS='soon' is not a number"
