@@ -91,3 +91,9 @@ class IdempotencyKeyReused(ReliabilityError):
     """The idempotency key was already used with a different request."""
 
     code = "idempotency_key_reused"
+
+
+class IdempotencyKeyInUse(ReliabilityError):
+    """A request with this idempotency key is still being processed."""
+
+    code = "idempotency_key_in_use"

@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_rq",
+    "ninja",
     "tasks.apps.TasksConfig",
     "dlq.apps.DlqConfig",
 ]
@@ -119,6 +120,16 @@ RELIABILITY_ENABLE_BENCH_PIPELINES = env.bool("RELIABILITY_ENABLE_BENCH_PIPELINE
 RELIABILITY_REDACT_PATTERN = env.str(
     "RELIABILITY_REDACT_PATTERN", r"password|passwd|token|secret|authorization|api[_-]?key|card|cvv"
 )
+# --- Submission API ------------------------------------------------------------
+RELIABILITY_IDEMPOTENCY_TTL_SECONDS = env.number("RELIABILITY_IDEMPOTENCY_TTL_SECONDS", 86400, minimum=1)
+# How long a duplicate waits for the first request with its key before a 409.
+RELIABILITY_IDEMPOTENCY_WAIT_SECONDS = env.number("RELIABILITY_IDEMPOTENCY_WAIT_SECONDS", 5, minimum=0)
+# After this, an IN_PROGRESS record whose owner never finished may be taken over.
+RELIABILITY_IDEMPOTENCY_LOCK_SECONDS = env.number("RELIABILITY_IDEMPOTENCY_LOCK_SECONDS", 60, minimum=1)
+RELIABILITY_MAX_REQUEST_BYTES = env.integer("RELIABILITY_MAX_REQUEST_BYTES", 262144, minimum=1024)
+# Django refuses bodies past this before our own 413 check could answer.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(RELIABILITY_MAX_REQUEST_BYTES * 2, 2621440)
+
 REPORT_PLATFORM_URL = validate_http_url("REPORT_PLATFORM_URL", env.str("REPORT_PLATFORM_URL", "http://127.0.0.1:8765"))
 
 LOG_LEVEL = env.str("RELIABILITY_LOG_LEVEL", "INFO").upper()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
-from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -43,6 +42,27 @@ class FailureReason(models.TextChoices):
     COMPENSATION_FAILED = "compensation_failed", _("compensation failed")
 
 
+class ApiClient(models.Model):
+    """A program that calls the HTTP API with a bearer token (only its hash is stored)."""
+
+    name = models.CharField(max_length=100, unique=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    token_prefix = models.CharField(max_length=12, help_text=_("first characters, to recognise a token"))
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("API client")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
 class Task(ConcurrentTransitionMixin, models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     pipeline = models.CharField(max_length=100)
@@ -71,6 +91,9 @@ class Task(ConcurrentTransitionMixin, models.Model):
     failure_message = models.TextField(blank=True, default="")
     failed_step = models.CharField(max_length=100, blank=True, default="")
 
+    client = models.ForeignKey(ApiClient, null=True, blank=True, on_delete=models.PROTECT, related_name="tasks")
+    # Copied from the submission for search; uniqueness lives in IdempotencyRecord
+    # (records expire, after which a key may be used again).
     idempotency_scope = models.CharField(max_length=100, blank=True, default="")
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True, default="")
@@ -81,14 +104,9 @@ class Task(ConcurrentTransitionMixin, models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["idempotency_scope", "idempotency_key"],
-                condition=Q(idempotency_key__isnull=False),
-                name="task_unique_idempotency_key",
-            ),
-        ]
         indexes = [
+            models.Index(fields=["idempotency_key"], name="task_idempotency_key_idx"),
+            models.Index(fields=["client", "-created_at", "-id"], name="task_client_created_idx"),
             models.Index(fields=["state", "lease_expires_at"], name="task_state_lease_idx"),
             models.Index(fields=["state", "retry_at"], name="task_state_retry_idx"),
             models.Index(fields=["state", "updated_at"], name="task_state_updated_idx"),
@@ -351,3 +369,31 @@ class SideEffect(models.Model):
 
     def __str__(self) -> str:
         return f"{self.effect_key} ({self.status})"
+
+
+class IdempotencyState(models.TextChoices):
+    IN_PROGRESS = "in_progress", _("in progress")
+    COMPLETED = "completed", _("completed")
+
+
+class IdempotencyRecord(models.Model):
+    """One logical request of one client: its fingerprint, the task it made and the first response."""
+
+    scope = models.CharField(max_length=100, help_text=_('"python" or "client:<id>"'))
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)
+    state = models.CharField(max_length=20, choices=IdempotencyState.choices, default=IdempotencyState.IN_PROGRESS)
+    task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_body = models.BinaryField(null=True, blank=True)
+    replay_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    locked_at = models.DateTimeField(default=timezone.now, help_text=_("when the owner started processing"))
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scope", "key"], name="idempotency_unique_scope_key")]
+        indexes = [models.Index(fields=["expires_at"], name="idempotency_expires_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.scope}/{self.key} ({self.state})"

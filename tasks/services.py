@@ -8,25 +8,27 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
 from dlq.models import UNRESOLVED_STATUSES, DLQItem, DLQStatus
 from dlq.services import dlq_item_set_status
 from reliability_console.exceptions import (
-    IdempotencyKeyReused,
     InvalidTaskInput,
     ReliabilityError,
 )
 from tasks import registry
 from tasks.delivery import deliver_on_commit
-from tasks.models import Checkpoint, Task, TaskState
+from tasks.idempotency import idempotency_abandon, idempotency_begin, idempotency_complete
+from tasks.models import ApiClient, Checkpoint, Task, TaskState
+from tasks.pipelines import Pipeline
 
 logger = logging.getLogger(__name__)
 
 PYTHON_SCOPE = "python"
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
+MAX_DEADLINE_SECONDS = 365 * 86400
 
 
 class TaskNotActionable(ReliabilityError):
@@ -62,61 +64,77 @@ def task_submit(
     task is still created (QUEUED) and the sweeper delivers it later.
     """
     spec = registry.get(pipeline)
+    cleaned = clean_input(spec, input)
+    deadline_at, deadline_seconds = resolve_deadline(deadline)
+    if idempotency_key is None:
+        with transaction.atomic():
+            return task_create(spec=spec, input=cleaned, deadline=deadline_at)
+    check_idempotency_key(idempotency_key)
+    fingerprint = request_fingerprint(pipeline=pipeline, input=cleaned, deadline_seconds=deadline_seconds)
+    reservation = idempotency_begin(scope=scope, key=idempotency_key, fingerprint=fingerprint)
+    if not reservation.owned:
+        return Task.objects.get(pk=reservation.record.task_id)
     try:
-        cleaned = spec.clean_input(input)
+        with transaction.atomic():
+            task = task_create(
+                spec=spec,
+                input=cleaned,
+                deadline=deadline_at,
+                scope=scope,
+                key=idempotency_key,
+                fingerprint=fingerprint,
+            )
+            idempotency_complete(record=reservation.record, task=task, status=None, body=None)
+    except BaseException:
+        idempotency_abandon(record=reservation.record)
+        raise
+    return task
+
+
+def task_create(
+    *,
+    spec: Pipeline,
+    input: Any,
+    deadline: datetime | None,
+    client: ApiClient | None = None,
+    scope: str = "",
+    key: str | None = None,
+    fingerprint: str = "",
+) -> Task:
+    """Insert a QUEUED task and deliver it when the surrounding transaction commits."""
+    task = Task.objects.create(
+        pipeline=spec.name,
+        input=input,
+        total_steps=len(spec.steps),
+        deadline=deadline,
+        client=client,
+        idempotency_scope=scope if key is not None else "",
+        idempotency_key=key,
+        request_fingerprint=fingerprint,
+    )
+    deliver_on_commit(task.pk, task.fencing_token)
+    logger.info("task submitted", extra={"event": "task_submitted", "task_id": str(task.pk), "pipeline": spec.name})
+    return task
+
+
+def clean_input(spec: Pipeline, data: Any) -> Any:
+    """Run the pipeline's own validation; the result must be storable as JSON."""
+    cleaned = spec.clean_input(data)
+    try:
         canonical_json(cleaned)
     except (TypeError, ValueError) as exc:
         raise InvalidTaskInput(f"input is not JSON: {exc}") from None
-    deadline_at, deadline_seconds = _resolve_deadline(deadline)
-    if idempotency_key is not None:
-        _check_key(idempotency_key)
-    fingerprint = request_fingerprint(pipeline=pipeline, input=cleaned, deadline_seconds=deadline_seconds)
-    if idempotency_key is not None:
-        existing = _existing(scope, idempotency_key, fingerprint)
-        if existing is not None:
-            return existing
-    try:
-        with transaction.atomic():
-            task = Task.objects.create(
-                pipeline=pipeline,
-                input=cleaned,
-                total_steps=len(spec.steps),
-                deadline=deadline_at,
-                idempotency_scope=scope if idempotency_key is not None else "",
-                idempotency_key=idempotency_key,
-                request_fingerprint=fingerprint,
-            )
-            deliver_on_commit(task.pk, task.fencing_token)
-    except IntegrityError:
-        # A concurrent submission with the same key won the insert.
-        existing = _existing(scope, idempotency_key, fingerprint) if idempotency_key else None
-        if existing is None:
-            raise
-        return existing
-    logger.info("task submitted", extra={"event": "task_submitted", "task_id": str(task.pk), "pipeline": pipeline})
-    return task
+    return cleaned
 
 
-def _existing(scope: str, key: str, fingerprint: str) -> Task | None:
-    task = Task.objects.filter(idempotency_scope=scope, idempotency_key=key).first()
-    if task is None:
-        return None
-    if task.request_fingerprint != fingerprint:
-        raise IdempotencyKeyReused(
-            "this idempotency key was already used with a different request",
-            details={"task_id": str(task.pk)},
-        )
-    return task
-
-
-def _check_key(key: str) -> None:
+def check_idempotency_key(key: str) -> None:
     if not isinstance(key, str) or not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH:
         raise InvalidTaskInput("idempotency key must be 1 to 255 characters", details={"idempotency_key": key})
     if not all(32 <= ord(ch) < 127 for ch in key):
         raise InvalidTaskInput("idempotency key must be printable ASCII", details={"idempotency_key": key})
 
 
-def _resolve_deadline(deadline) -> tuple[datetime | None, float | None]:
+def resolve_deadline(deadline) -> tuple[datetime | None, float | None]:
     if deadline is None:
         return None, None
     if isinstance(deadline, datetime):
@@ -124,7 +142,7 @@ def _resolve_deadline(deadline) -> tuple[datetime | None, float | None]:
             raise InvalidTaskInput("deadline must be timezone-aware")
         return deadline, deadline.timestamp()
     seconds = deadline.total_seconds() if isinstance(deadline, timedelta) else deadline
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= 365 * 86400:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= MAX_DEADLINE_SECONDS:
         raise InvalidTaskInput("deadline must be a positive number of seconds (at most one year)")
     return timezone.now() + timedelta(seconds=seconds), float(seconds)
 

@@ -1,8 +1,9 @@
 """The sweeper: rebuilds delivery from the database.
 
 It re-queues tasks whose lease expired (counting crashes, failing crash
-loops), starts due retries even without an RQ scheduler, and re-delivers
-QUEUED tasks whose job was never enqueued or was lost. Running several
+loops), starts due retries even without an RQ scheduler, re-delivers QUEUED
+tasks whose job was never enqueued or was lost, and purges expired
+idempotency records. Running several
 sweepers at once is safe: each task is handled under a row lock taken with
 SKIP LOCKED, and every change is a conditional transition.
 """
@@ -25,6 +26,7 @@ from dlq.services import dlq_item_open, dlq_item_set_status
 from reliability_console.exceptions import UnknownPipeline
 from tasks import registry
 from tasks.delivery import deliver_on_commit, delivery_pending
+from tasks.idempotency import idempotency_purge_expired
 from tasks.models import AttemptKind, AttemptOutcome, StepAttempt, Task, TaskState
 from tasks.outcomes import TASK_FAIL_FIELDS
 from tasks.pipelines import FailurePolicy
@@ -43,6 +45,7 @@ class SweepReport:
     compensation_crash_loops: int = 0
     retries_started: int = 0
     redelivered: int = 0
+    idempotency_records_purged: int = 0
     redis_unavailable: bool = False
     errors: list[str] = field(default_factory=list)
 
@@ -52,13 +55,14 @@ class SweepReport:
             "crash_loops": self.crash_loops + self.compensation_crash_loops,
             "retries_started": self.retries_started,
             "redelivered": self.redelivered,
+            "idempotency_records_purged": self.idempotency_records_purged,
             "redis_unavailable": self.redis_unavailable,
         }
 
     @property
     def did_something(self) -> bool:
         return bool(self.requeued or self.crash_loops or self.compensation_crash_loops) or bool(
-            self.retries_started or self.redelivered
+            self.retries_started or self.redelivered or self.idempotency_records_purged
         )
 
 
@@ -67,6 +71,7 @@ def sweep_once() -> SweepReport:
     _expired_leases(report)
     _due_retries(report)
     _lost_deliveries(report)
+    report.idempotency_records_purged = idempotency_purge_expired()
     if report.did_something or report.redis_unavailable:
         logger.info("sweep", extra={"event": "sweep", **report.as_log()})
     return report

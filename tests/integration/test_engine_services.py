@@ -196,3 +196,15 @@ def test_deadline_passed_before_start_fails_without_an_attempt():
     task.refresh_from_db()
     assert task.failure_reason == "deadline_exceeded"
     assert not StepAttempt.objects.filter(task=task, kind=AttemptKind.STEP).exists()
+
+
+def test_the_sweeper_purges_expired_idempotency_records():
+    from tasks.models import IdempotencyRecord
+
+    task_submit(pipeline="t_local", input={}, idempotency_key="old")
+    task_submit(pipeline="t_local", input={}, idempotency_key="fresh")
+    IdempotencyRecord.objects.filter(key="old").update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert sweep_once().idempotency_records_purged == 1
+    assert list(IdempotencyRecord.objects.values_list("key", flat=True)) == ["fresh"]
+    # After expiry the key may be used again: a new task.
+    assert task_submit(pipeline="t_local", input={"n": 2}, idempotency_key="old").input == {"n": 2}

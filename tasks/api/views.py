@@ -1,0 +1,204 @@
+"""The task submission API, ``/api/v1/``: thin views over the services and selectors."""
+
+from __future__ import annotations
+
+import logging
+
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import Header, NinjaAPI, Path, Query
+from ninja.errors import AuthenticationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+from ninja.security import HttpBearer
+
+from reliability_console.exceptions import (
+    IdempotencyKeyInUse,
+    IdempotencyKeyReused,
+    InvalidTaskInput,
+    ReliabilityError,
+    UnknownPipeline,
+)
+from tasks.api.errors import ApiError, error_response, json_bytes
+from tasks.api.parser import StrictJsonParser
+from tasks.api.schemas import (
+    ErrorOut,
+    IdempotencyRecordOut,
+    TaskCreateIn,
+    TaskOut,
+    TaskPageOut,
+    TaskStateName,
+)
+from tasks.api.services import api_task_submit
+from tasks.clients import api_client_authenticate
+from tasks.selectors import (
+    idempotency_record_for_client,
+    task_for_client,
+    task_page,
+    task_representation,
+    task_summary,
+)
+
+logger = logging.getLogger(__name__)
+
+IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7E]{1,255}$"
+ERRORS = {400: ErrorOut, 401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 415: ErrorOut, 422: ErrorOut}
+
+
+class BearerToken(HttpBearer):
+    """``Authorization: Bearer <token>``; the token itself is never logged."""
+
+    def __call__(self, request: HttpRequest):
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer":
+            return None
+        return self.authenticate(request, token.strip())
+
+    def authenticate(self, request: HttpRequest, token: str):
+        return api_client_authenticate(token=token)
+
+
+api = NinjaAPI(
+    title="Reliability Console API",
+    version="1",
+    description="Submit tasks and follow them to a terminal state. Errors are "
+    '`{"error": {"code", "message", "details"}}`.',
+    urls_namespace="api-v1",
+    auth=BearerToken(),
+    parser=StrictJsonParser(),
+    docs_url="/docs",
+    openapi_url="/openapi.json",
+)
+
+
+@api.post(
+    "/tasks",
+    response={201: TaskOut, **ERRORS},
+    summary="Submit a task",
+    description="With an `Idempotency-Key`, a repeat of the same request answers the first response again "
+    "(header `Idempotent-Replayed: true`); the same key with another body is a 422; a repeat while the first "
+    "is still being processed waits briefly, then is a 409.",
+)
+def create_task(
+    request: HttpRequest,
+    payload: TaskCreateIn,
+    idempotency_key: str | None = Header(
+        None, alias="Idempotency-Key", min_length=1, max_length=255, pattern=IDEMPOTENCY_KEY_PATTERN
+    ),
+):
+    result = api_task_submit(client=request.auth, body=payload.model_dump(), idempotency_key=idempotency_key)
+    response = HttpResponse(result.body, status=result.status, content_type="application/json")
+    if result.replayed:
+        response["Idempotent-Replayed"] = "true"
+    return response
+
+
+@api.get("/tasks/{task_id}", response={200: TaskOut, **ERRORS}, summary="One task with its steps")
+def get_task(request: HttpRequest, task_id: str):
+    task = task_for_client(client=request.auth, task_id=task_id)
+    if task is None:
+        raise ApiError(404, "not_found", "no such task")
+    return _json(task_representation(task))
+
+
+@api.get("/tasks", response={200: TaskPageOut, **ERRORS}, summary="The client's tasks, newest first")
+def list_tasks(
+    request: HttpRequest,
+    state: TaskStateName | None = Query(None),
+    pipeline: str | None = Query(None, max_length=100),
+    cursor: str | None = Query(None, max_length=500),
+    limit: int = Query(20, ge=1, le=100),
+):
+    tasks, next_cursor = task_page(client=request.auth, state=state, pipeline=pipeline, cursor=cursor, limit=limit)
+    return _json({"items": [task_summary(task) for task in tasks], "next_cursor": next_cursor})
+
+
+@api.get(
+    "/idempotency-keys/{key}",
+    response={200: IdempotencyRecordOut, **ERRORS},
+    summary="What an idempotency key of this client maps to",
+)
+def get_idempotency_key(request: HttpRequest, key: str = Path(..., max_length=255)):
+    record = idempotency_record_for_client(client=request.auth, key=key)
+    if record is None:
+        raise ApiError(404, "not_found", "no record for this idempotency key (never used, or expired)")
+    return _json(
+        {
+            "key": record.key,
+            "task_id": str(record.task_id) if record.task_id else None,
+            "request_fingerprint": record.fingerprint,
+            "first_response_status": record.response_status,
+            "state": record.state,
+            "created_at": record.created_at,
+            "expires_at": record.expires_at,
+            "replays": record.replay_count,
+        }
+    )
+
+
+def _json(value) -> HttpResponse:
+    return HttpResponse(json_bytes(value), content_type="application/json")
+
+
+# --- errors: one shape, stable codes, never a traceback --------------------------
+
+ENGINE_ERRORS: dict[type[ReliabilityError], tuple[int, str]] = {
+    UnknownPipeline: (422, "unknown_pipeline"),
+    InvalidTaskInput: (400, "validation_error"),
+    IdempotencyKeyReused: (422, "idempotency_key_reused"),
+    IdempotencyKeyInUse: (409, "idempotency_key_in_use"),
+}
+
+
+@api.exception_handler(ApiError)
+def on_api_error(request, exc: ApiError):
+    return error_response(exc.status, exc.code, exc.message, exc.details)
+
+
+@api.exception_handler(ReliabilityError)
+def on_engine_error(request, exc: ReliabilityError):
+    for error_type, (status, code) in ENGINE_ERRORS.items():
+        if isinstance(exc, error_type):
+            response = error_response(status, code, exc.message, exc.details or None)
+            if status == 409:
+                response["Retry-After"] = "1"
+            return response
+    return on_unexpected(request, exc)
+
+
+@api.exception_handler(NinjaValidationError)
+def on_validation_error(request, exc: NinjaValidationError):
+    details = {}
+    for error in exc.errors:
+        location = ".".join(str(part) for part in error.get("loc", ()) if part not in ("body", "payload"))
+        details[location or "body"] = error.get("msg", "invalid")
+    return error_response(400, "validation_error", "the request is not valid", details)
+
+
+@api.exception_handler(AuthenticationError)
+def on_authentication_error(request, exc):
+    response = error_response(401, "unauthenticated", "send a valid token as Authorization: Bearer <token>")
+    response["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+@api.exception_handler(Http404)
+def on_not_found(request, exc):
+    return error_response(404, "not_found", "not found")
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request, exc: HttpError):
+    # django-ninja wraps our parser's errors in "Cannot parse request body".
+    if isinstance(exc.__cause__, ApiError):
+        return on_api_error(request, exc.__cause__)
+    return error_response(exc.status_code, "http_error", str(exc))
+
+
+@api.exception_handler(Exception)
+def on_unexpected(request, exc: Exception):
+    logger.exception("API request failed", extra={"event": "api_error", "path": request.path})
+    return error_response(500, "internal_error", "something went wrong on our side; it has been logged")
+
+
+def not_found(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+    """JSON 404 for any path under /api/ that no route matches."""
+    return error_response(404, "not_found", "no such API endpoint")
