@@ -180,6 +180,7 @@ def main() -> int:
         stack.manage("migrate", "--noinput")
         stack.manage("collectstatic", "--noinput")
         admin_line = stack.manage("bootstrap_admin", "--username", "admin").strip()
+        api_token = stack.manage("create_api_token", f"demo-{secrets.token_hex(3)}").strip().splitlines()[-1]
 
         stack.start(
             "web",
@@ -207,6 +208,8 @@ def main() -> int:
             f"\nReliability Console is running.\n"
             f"  admin:    {login_url}\n"
             f"  account:  {admin_line}\n"
+            f"  API:      http://127.0.0.1:{web_port}/api/v1/docs\n"
+            f"  token:    export TOKEN={api_token}\n"
             f"  platform: {env['REPORT_PLATFORM_URL']} (simulator, faults on)\n"
             f"  logs:     {log_dir}\n"
             f"  {len(task_ids)} demo tasks submitted; press Ctrl-C to stop everything.\n",

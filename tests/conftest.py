@@ -74,3 +74,19 @@ def start_sweeper(engine_env):
     yield start
     for sweeper in sweepers:
         sweeper.stop()
+
+
+@pytest.fixture
+def start_api_server(engine_env):
+    from tests.support import ApiServer
+
+    servers: list = []
+
+    def start(extra_args=(), **overrides) -> ApiServer:
+        server = ApiServer(engine_env(**overrides), extra_args=extra_args)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()

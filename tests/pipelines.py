@@ -95,3 +95,19 @@ def sleep_a_while(ctx):
 
     time.sleep(ctx.input["seconds"])
     return {"slept": ctx.input["seconds"]}
+
+
+def _slow_validation(data):
+    import time
+
+    time.sleep(min(float(data.get("sleep", 0)), 5.0))
+    return data
+
+
+# Its input validation takes a while: a second request with the same key arrives mid-flight.
+slow_input = Pipeline("t_slow_input", validate_input=_slow_validation, failure_policy=FailurePolicy.PARK)
+
+
+@slow_input.step
+def noop(ctx):
+    return None

@@ -149,3 +149,52 @@ class WorkerPool:
 def pid_of_owner(lease_owner: str) -> int:
     """Worker identities end in ``:<pid>`` (see tasks.jobs.worker_identity)."""
     return int(lease_owner.rsplit(":", 1)[1])
+
+
+class ApiServer:
+    """gunicorn serving the project over real HTTP on 127.0.0.1, against the test database."""
+
+    def __init__(self, env: dict[str, str], *, workers: int = 2, threads: int = 25, extra_args=()) -> None:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        argv = [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "reliability_console.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{self.port}",
+            "--workers",
+            str(workers),
+            "--worker-class",
+            "gthread",
+            "--threads",
+            str(threads),
+            "--graceful-timeout",
+            "5",
+            *extra_args,
+        ]
+        self.process = ManagedProcess("gunicorn", argv, env)
+
+        def ready():
+            import urllib.request
+
+            if not self.process.alive():
+                raise AssertionError(f"gunicorn exited:\n{self.process.output()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/api/v1/openapi.json", timeout=1) as response:
+                    return response.status == 200
+            except OSError:
+                return False
+
+        wait_for(ready, timeout=30, message="gunicorn to answer")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.process.stop()

@@ -104,7 +104,7 @@ def list_tasks(
     request: HttpRequest,
     state: TaskStateName | None = Query(None),
     pipeline: str | None = Query(None, max_length=100),
-    cursor: str | None = Query(None, max_length=500),
+    cursor: str | None = Query(None, max_length=200),
     limit: int = Query(20, ge=1, le=100),
 ):
     tasks, next_cursor = task_page(client=request.auth, state=state, pipeline=pipeline, cursor=cursor, limit=limit)
