@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
-from tasks.models import Checkpoint, SideEffect, StepAttempt, Task
+from tasks.clients import api_client_revoke
+from tasks.models import ApiClient, Checkpoint, SideEffect, StepAttempt, Task
 from tasks.redaction import redact
 
 
@@ -95,3 +96,27 @@ class TaskAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="result")
     def redacted_result(self, obj: Task):
         return redact(obj.result)
+
+
+@admin.register(ApiClient)
+class ApiClientAdmin(admin.ModelAdmin):
+    """API clients: created with ``manage.py create_api_token``; revoked here or with ``revoke_api_token``."""
+
+    list_display = ("name", "token_prefix", "created_at", "revoked_at")
+    list_filter = ("revoked_at",)
+    search_fields = ("name",)
+    readonly_fields = ("name", "token_prefix", "created_at", "revoked_at")
+    exclude = ("token_hash",)
+    actions = ("revoke",)
+
+    @admin.action(description="Revoke the selected clients' tokens", permissions=["change"])
+    def revoke(self, request, queryset):
+        for client in queryset:
+            api_client_revoke(name=client.name)
+        self.message_user(request, f"revoked {queryset.count()} client(s)", messages.SUCCESS)
+
+    def has_add_permission(self, request) -> bool:
+        return False  # tokens are shown once, by the command that creates them
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # revoke instead: tasks keep pointing at their client

@@ -41,3 +41,16 @@ def test_tasks_cannot_be_edited_through_the_admin(staff_client, clean_redis):
     response = staff_client.post(f"/admin/tasks/task/{task.pk}/change/", {"pipeline": "other"})
     assert response.status_code == 403
     assert Task.objects.get(pk=task.pk).pipeline == "t_local"
+
+
+def test_an_api_client_can_be_revoked_from_the_admin(staff_client):
+    from tasks.clients import api_client_authenticate, api_client_create
+
+    client, token = api_client_create(name="to-revoke")
+    response = staff_client.post(
+        "/admin/tasks/apiclient/", {"action": "revoke", "_selected_action": [client.pk]}, follow=True
+    )
+    assert response.status_code == 200 and b"Revoked 1 client" in response.content
+    assert api_client_authenticate(token=token) is None
+    page = staff_client.get(f"/admin/tasks/apiclient/{client.pk}/change/").content.decode()
+    assert client.token_hash not in page
