@@ -34,12 +34,15 @@ def dlq_item_open(
     attempts: int,
     status: str = DLQStatus.OPEN,
 ) -> DLQItem:
-    """Create the task's one unresolved DLQ item (a partial unique index forbids a second)."""
-    return DLQItem.objects.create(
-        task=task,
-        pipeline=task.pipeline,
-        reason_code=reason_code,
-        reason=describe(
+    """Open the task's one unresolved DLQ item (a partial unique index forbids a second).
+
+    A task that fails again after an operator's retry re-opens its item with
+    the new failure rather than adding another.
+    """
+    values = {
+        "pipeline": task.pipeline,
+        "reason_code": reason_code,
+        "reason": describe(
             reason_code=reason_code,
             step=failing_step,
             code=error_code,
@@ -47,14 +50,33 @@ def dlq_item_open(
             attempts=attempts,
             crashes=task.crash_count,
         ),
-        error_code=error_code,
-        error_class=error_class,
-        error_message=error_message,
-        failing_step=failing_step,
-        attempts=attempts,
-        input_snapshot=redact(task.input),
-        fingerprint=f"{task.pipeline}:{failing_step}:{error_code}"[:300],
-        status=status,
+        "error_code": error_code,
+        "error_class": error_class,
+        "error_message": error_message,
+        "failing_step": failing_step,
+        "attempts": attempts,
+        "input_snapshot": redact(task.input),
+        "fingerprint": f"{task.pipeline}:{failing_step}:{error_code}"[:300],
+        "status": status,
+        "compensation_error": "",
+    }
+    existing = DLQItem.objects.filter(task=task, status__in=UNRESOLVED_STATUSES).first()
+    if existing is not None:
+        for field, value in values.items():
+            setattr(existing, field, value)
+        existing.save()
+        return existing
+    return DLQItem.objects.create(task=task, **values)
+
+
+def dlq_item_resolve_retried(*, task_id) -> int:
+    """Resolve the item of a task that succeeded after an operator's retry."""
+    return DLQItem.objects.filter(task_id=task_id, status__in=UNRESOLVED_STATUSES).update(
+        status=DLQStatus.RESOLVED,
+        resolution_code="retried",
+        resolution_note="the task succeeded after a retry",
+        resolved_at=timezone.now(),
+        updated_at=timezone.now(),
     )
 
 

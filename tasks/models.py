@@ -84,6 +84,9 @@ class Task(ConcurrentTransitionMixin, models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     fencing_token = models.BigIntegerField(default=0)
     crash_count = models.PositiveIntegerField(default=0)
+    # True while the task has an unresolved DLQ item: a retried task that then
+    # succeeds resolves it in its finishing transaction.
+    in_dlq = models.BooleanField(default=False)
 
     result = models.JSONField(null=True, blank=True)
     failure_reason = models.CharField(max_length=40, choices=FailureReason.choices, blank=True, default="")
@@ -172,6 +175,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
     def succeed(self, *, result) -> None:
         self.current_step = self.total_steps
         self.result = result
+        self.in_dlq = False
         self._release_lease()
         self.finished_at = timezone.now()
 
@@ -188,6 +192,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
         self.failed_step = step[:100]
         self.retry_at = None
         self.finished_at = timezone.now()
+        self.in_dlq = True
         self._release_lease()
 
     @transition(field=state, source=TaskState.RUNNING, target=TaskState.QUEUED)
@@ -397,3 +402,14 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope}/{self.key} ({self.state})"
+
+
+class SweeperHeartbeat(models.Model):
+    """One row per sweeper process: when it last completed a sweep (for the dashboard and alerts)."""
+
+    name = models.CharField(max_length=200, unique=True)
+    last_run_at = models.DateTimeField()
+    runs = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.last_run_at}"

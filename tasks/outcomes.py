@@ -17,7 +17,7 @@ from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
 from dlq.models import DLQStatus
-from dlq.services import dlq_item_open, dlq_item_set_status
+from dlq.services import dlq_item_open, dlq_item_resolve_retried, dlq_item_set_status
 from reliability_console.exceptions import LeaseLost
 from tasks.classify import Classification
 from tasks.delivery import deliver_on_commit
@@ -37,7 +37,16 @@ from tasks.pipelines import FailurePolicy
 logger = logging.getLogger(__name__)
 
 TASK_PROGRESS_FIELDS = ["state", "current_step", "step_attempt", "total_attempts", "lease_expires_at", "updated_at"]
-TASK_FINISH_FIELDS = ["state", "current_step", "result", "lease_owner", "lease_expires_at", "finished_at", "updated_at"]
+TASK_FINISH_FIELDS = [
+    "state",
+    "current_step",
+    "result",
+    "in_dlq",
+    "lease_owner",
+    "lease_expires_at",
+    "finished_at",
+    "updated_at",
+]
 TASK_RETRY_FIELDS = ["state", "retry_at", "lease_owner", "lease_expires_at", "updated_at"]
 TASK_FAIL_FIELDS = [
     "state",
@@ -51,6 +60,7 @@ TASK_FAIL_FIELDS = [
     "lease_expires_at",
     "fencing_token",
     "crash_count",
+    "in_dlq",
     "updated_at",
 ]
 
@@ -123,8 +133,12 @@ def step_succeeded(
     task = claim.task
     with transaction.atomic():
         if is_last:
+            was_in_dlq = task.in_dlq
             task.succeed(result=output)
             _save_fenced(task, TASK_FINISH_FIELDS)
+            if was_in_dlq:
+                # An operator's retry worked: its DLQ item is resolved with it.
+                dlq_item_resolve_retried(task_id=task.pk)
         else:
             task.advance(lease_seconds=lease_seconds())
             _save_fenced(task, TASK_PROGRESS_FIELDS)

@@ -52,6 +52,9 @@ class Step:
     # commit or roll back together with the checkpoint. Only for steps that do
     # not wait on the network: the transaction stays open while the step runs.
     transactional: bool = False
+    # Names of the external effects this step makes under ctx.idempotency_key
+    # (shown in the operator's retry preview as "key-protected").
+    effects: tuple[str, ...] = ()
 
     def __call__(self, ctx: Any) -> Any:
         return self.function(ctx)
@@ -100,6 +103,7 @@ class Pipeline:
         compensation_timeout: float | None = None,
         compensation_retry: RetryPolicy | None = None,
         transactional: bool = False,
+        effects: tuple[str, ...] = (),
     ) -> Any:
         """Decorator: append a step. Usable bare (``@p.step``) or with options."""
 
@@ -121,6 +125,7 @@ class Pipeline:
                 compensation_timeout=compensation_timeout,
                 compensation_retry=compensation_retry or DEFAULT_COMPENSATION_RETRY_POLICY,
                 transactional=transactional,
+                effects=tuple(effects),
             )
             self.steps.append(new)
             return new

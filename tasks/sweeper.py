@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 from django_fsm import ConcurrentTransition
@@ -27,7 +27,7 @@ from reliability_console.exceptions import UnknownPipeline
 from tasks import registry
 from tasks.delivery import deliver_on_commit, delivery_pending
 from tasks.idempotency import idempotency_purge_expired
-from tasks.models import AttemptKind, AttemptOutcome, StepAttempt, Task, TaskState
+from tasks.models import AttemptKind, AttemptOutcome, StepAttempt, SweeperHeartbeat, Task, TaskState
 from tasks.outcomes import TASK_FAIL_FIELDS
 from tasks.pipelines import FailurePolicy
 
@@ -223,3 +223,10 @@ def _lost_deliveries(report: SweepReport) -> None:
             Task.objects.filter(pk=pk).update(updated_at=timezone.now())
             deliver_on_commit(task.pk, token)
             report.redelivered += 1
+
+
+def sweeper_heartbeat(*, name: str) -> None:
+    """Record that sweeper ``name`` completed a sweep now."""
+    updated = SweeperHeartbeat.objects.filter(name=name).update(last_run_at=timezone.now(), runs=F("runs") + 1)
+    if not updated:
+        SweeperHeartbeat.objects.get_or_create(name=name, defaults={"last_run_at": timezone.now(), "runs": 1})

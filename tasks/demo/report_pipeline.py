@@ -50,7 +50,7 @@ def file_name(ctx) -> str:
     return f"report-{ctx.task_id}-g{ctx.generation}.txt"
 
 
-@report.step(timeout=10.0)
+@report.step(timeout=10.0, effects=("charge",))
 def charge_quota(ctx) -> dict:
     platform = ReportPlatform(ctx)
     return platform.charge(user_id=ctx.input["user_id"], units=1, key=ctx.idempotency_key("charge"))
@@ -77,7 +77,7 @@ def refund_quota(ctx) -> None:
     platform.refund(charge_id=charge_id, key=ctx.idempotency_key("refund"))
 
 
-@report.step(timeout=15.0)
+@report.step(timeout=15.0, effects=("report",))
 def generate_report(ctx) -> dict:
     platform = ReportPlatform(ctx)
     return platform.create_report(
@@ -85,7 +85,7 @@ def generate_report(ctx) -> dict:
     )
 
 
-@report.step(timeout=10.0)
+@report.step(timeout=10.0, effects=("file",))
 def upload_file(ctx) -> dict:
     platform = ReportPlatform(ctx)
     text = ctx.outputs["generate_report"]["text"]
@@ -97,7 +97,7 @@ def delete_file(ctx) -> None:
     ReportPlatform(ctx).delete_file(name=file_name(ctx), key=ctx.idempotency_key("delete"))
 
 
-@report.step(timeout=10.0)
+@report.step(timeout=10.0, effects=("notification",))
 def notify_user(ctx) -> dict:
     platform = ReportPlatform(ctx)
     url = ctx.outputs["upload_file"]["url"]

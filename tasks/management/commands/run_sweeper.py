@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import threading
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from tasks.sweeper import sweep_once
+from tasks.sweeper import sweep_once, sweeper_heartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -28,15 +30,18 @@ class Command(BaseCommand):
             raise CommandError("--interval must be positive")
         if options["once"]:
             report = sweep_once()
+            sweeper_heartbeat(name=f"{socket.gethostname()}:{os.getpid()}")
             self.stdout.write(str(report.as_log()))
             return
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         logger.info("sweeper started", extra={"event": "sweeper_started", "interval": interval})
+        name = f"{socket.gethostname()}:{os.getpid()}"
         while not stop.is_set():
             try:
                 sweep_once()
+                sweeper_heartbeat(name=name)
             except Exception:
                 # A database or Redis outage must not end the loop: retry next round.
                 logger.exception("sweep failed", extra={"event": "sweep_failed"})

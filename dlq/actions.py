@@ -1,0 +1,187 @@
+"""Operator actions on dead letters: retry from checkpoint, retry from start, compensate, close.
+
+Each action is one transaction that locks the DLQ item and its task, applies
+the task transition, updates the item and appends the audit entry. Two
+operators (or an operator and a worker) racing on one item: the second finds
+the item or task changed and is refused with a clear message; nothing runs
+twice. Refusals and permission denials are audited too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from dlq.audit import audit_denied, audit_record
+from dlq.models import AuditOutcome, DLQItem, DLQStatus, ResolutionCode
+from reliability_console.exceptions import ReliabilityError
+from tasks.models import Task, TaskState
+from tasks.services import TaskNotActionable, task_compensate, task_retry_from_checkpoint, task_retry_from_start
+
+MAX_REASON_LENGTH = 2000
+
+
+@dataclass(frozen=True)
+class OperatorAction:
+    name: str
+    label: str
+    permission: str  # "app_label.codename"
+    allowed_task_states: tuple[str, ...]
+
+
+ACTIONS: dict[str, OperatorAction] = {
+    action.name: action
+    for action in (
+        OperatorAction(
+            "retry",
+            _("Retry from checkpoint"),
+            "dlq.retry_dlqitem",
+            (TaskState.FAILED, TaskState.COMPENSATION_FAILED),
+        ),
+        OperatorAction(
+            "retry_from_start",
+            _("Retry from start"),
+            "dlq.retry_from_start_dlqitem",
+            (TaskState.COMPENSATED,),
+        ),
+        OperatorAction(
+            "compensate",
+            _("Compensate"),
+            "dlq.compensate_dlqitem",
+            (TaskState.FAILED, TaskState.COMPENSATION_FAILED),
+        ),
+        OperatorAction(
+            "close",
+            _("Close"),
+            "dlq.close_dlqitem",
+            (TaskState.FAILED, TaskState.COMPENSATED, TaskState.COMPENSATION_FAILED),
+        ),
+    )
+}
+
+
+class ActionRefused(ReliabilityError):
+    """The action is not possible now (another operator or a worker acted first, or a wrong state)."""
+
+    code = "action_refused"
+
+
+class ActionDenied(ReliabilityError):
+    """The user lacks the permission for this action."""
+
+    code = "permission_denied"
+
+
+class ReasonRequired(ReliabilityError):
+    """Every operator action needs a reason."""
+
+    code = "reason_required"
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    item_id: int
+    action: str
+    state_before: str
+    state_after: str
+
+
+def action_available(*, item: DLQItem, action: str) -> bool:
+    spec = ACTIONS[action]
+    return item.status != DLQStatus.RESOLVED and item.task.state in spec.allowed_task_states
+
+
+def dlq_item_act(
+    *,
+    item_id: int,
+    action: str,
+    actor,
+    reason: str,
+    client_ip: str | None = None,
+    resolution_code: str = "",
+    bulk_operation_id: int | None = None,
+) -> ActionResult:
+    """Apply ``action`` to one DLQ item for ``actor`` (a user), checking its permission; audit it either way."""
+    spec = ACTIONS.get(action)
+    if spec is None:
+        raise ActionRefused(f"unknown action {action!r}")
+    actor_name = actor.get_username()
+    if not actor.has_perm(spec.permission):
+        audit_denied(
+            actor=actor_name,
+            action=action,
+            target_type="dlq_item",
+            target_id=str(item_id),
+            client_ip=client_ip,
+            reason=reason,
+        )
+        raise ActionDenied(f"you may not {spec.label.lower()}")
+    reason = (reason or "").strip()
+    if not reason:
+        raise ReasonRequired("give a reason: it goes into the audit log")
+    if len(reason) > MAX_REASON_LENGTH:
+        raise ReasonRequired(f"the reason must be at most {MAX_REASON_LENGTH} characters")
+    if action == "close" and resolution_code not in ResolutionCode.values:
+        raise ReasonRequired("choose a resolution code")
+    try:
+        with transaction.atomic():
+            item = DLQItem.objects.select_for_update().filter(pk=item_id).first()
+            if item is None:
+                raise ActionRefused("this dead letter no longer exists")
+            task = Task.objects.select_for_update().get(pk=item.task_id)
+            before = task.state
+            if item.status == DLQStatus.RESOLVED:
+                raise ActionRefused("this dead letter was already resolved")
+            if before not in spec.allowed_task_states:
+                raise ActionRefused(f"not possible while the task is {before}: someone may have acted first")
+            after = _apply(action, item, task, reason, resolution_code)
+            audit_record(
+                actor=actor_name,
+                action=action,
+                target_type="dlq_item",
+                target_id=str(item.pk),
+                task_id=task.pk,
+                state_before=before,
+                state_after=after,
+                reason=reason,
+                outcome=AuditOutcome.SUCCEEDED,
+                detail=resolution_code,
+                client_ip=client_ip,
+                bulk_operation_id=bulk_operation_id,
+            )
+    except (ActionRefused, TaskNotActionable) as exc:
+        audit_record(
+            actor=actor_name,
+            action=action,
+            target_type="dlq_item",
+            target_id=str(item_id),
+            reason=reason,
+            outcome=AuditOutcome.REFUSED,
+            detail=str(exc),
+            client_ip=client_ip,
+            bulk_operation_id=bulk_operation_id,
+        )
+        if isinstance(exc, TaskNotActionable):
+            raise ActionRefused(str(exc)) from None
+        raise
+    return ActionResult(item_id=item_id, action=action, state_before=before, state_after=after)
+
+
+def _apply(action: str, item: DLQItem, task: Task, reason: str, resolution_code: str) -> str:
+    if action == "retry":
+        return task_retry_from_checkpoint(task_id=task.pk).state
+    if action == "retry_from_start":
+        return task_retry_from_start(task_id=task.pk).state
+    if action == "compensate":
+        return task_compensate(task_id=task.pk).state
+    # close: the item is resolved; the task keeps its terminal state.
+    item.status = DLQStatus.RESOLVED
+    item.resolution_code = resolution_code
+    item.resolution_note = reason
+    item.resolved_at = timezone.now()
+    item.save(update_fields=["status", "resolution_code", "resolution_note", "resolved_at", "updated_at"])
+    Task.objects.filter(pk=task.pk).update(in_dlq=False)
+    return task.state
