@@ -86,3 +86,24 @@ def dlq_item_set_status(*, task_id, status: str, compensation_error: str | None 
     if compensation_error is not None:
         values["compensation_error"] = compensation_error
     return DLQItem.objects.filter(task_id=task_id, status__in=UNRESOLVED_STATUSES).update(**values)
+
+
+PURGE_BATCH_SIZE = 1000
+
+
+def dlq_items_purge_resolved(*, batch_size: int = PURGE_BATCH_SIZE) -> int:
+    """Delete resolved items older than RELIABILITY_DLQ_RETENTION_DAYS (never when it is 0)."""
+    from datetime import timedelta
+
+    from django.conf import settings
+
+    days = settings.RELIABILITY_DLQ_RETENTION_DAYS
+    if not days:
+        return 0
+    cutoff = timezone.now() - timedelta(days=days)
+    old = DLQItem.objects.filter(status=DLQStatus.RESOLVED, resolved_at__lt=cutoff).values_list("pk", flat=True)
+    ids = list(old[:batch_size])
+    if not ids:
+        return 0
+    deleted, _ = DLQItem.objects.filter(pk__in=ids, status=DLQStatus.RESOLVED).delete()
+    return deleted

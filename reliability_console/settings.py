@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_rq",
     "ninja",
+    "axes",
     "tasks.apps.TasksConfig",
     "dlq.apps.DlqConfig",
 ]
@@ -50,7 +51,16 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it throttles repeated failed logins.
+    "axes.middleware.AxesMiddleware",
 ]
+
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env.integer("RELIABILITY_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = env.number("RELIABILITY_LOGIN_COOLOFF_HOURS", 0.25, minimum=0.001)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "reliability_console.urls"
 WSGI_APPLICATION = "reliability_console.wsgi.application"
@@ -129,6 +139,16 @@ RELIABILITY_IDEMPOTENCY_LOCK_SECONDS = env.number("RELIABILITY_IDEMPOTENCY_LOCK_
 RELIABILITY_MAX_REQUEST_BYTES = env.integer("RELIABILITY_MAX_REQUEST_BYTES", 262144, minimum=1024)
 # Django refuses bodies past this before our own 413 check could answer.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(RELIABILITY_MAX_REQUEST_BYTES * 2, 2621440)
+
+# --- Operator console -------------------------------------------------------------
+RELIABILITY_BULK_APPROVAL_THRESHOLD = env.integer("RELIABILITY_BULK_APPROVAL_THRESHOLD", 100, minimum=1)
+RELIABILITY_BULK_CANARY_SIZE = env.integer("RELIABILITY_BULK_CANARY_SIZE", 10, minimum=1)
+RELIABILITY_BULK_CANARY_MAX_FAILURE_RATE = env.number(
+    "RELIABILITY_BULK_CANARY_MAX_FAILURE_RATE", 0.2, minimum=0, maximum=1
+)
+RELIABILITY_BULK_RATE_PER_SECOND = env.number("RELIABILITY_BULK_RATE_PER_SECOND", 5, minimum=0.01)
+# Resolved DLQ items older than this many days are purged; 0 keeps them forever.
+RELIABILITY_DLQ_RETENTION_DAYS = env.integer("RELIABILITY_DLQ_RETENTION_DAYS", 0, minimum=0)
 
 REPORT_PLATFORM_URL = validate_http_url("REPORT_PLATFORM_URL", env.str("REPORT_PLATFORM_URL", "http://127.0.0.1:8765"))
 

@@ -25,4 +25,4 @@ def run_task(task_id: str) -> str:
 
 
 # Entry points a worker will execute; any other function name in a job is refused.
-ENTRY_POINTS = frozenset({"tasks.jobs.run_task"})
+ENTRY_POINTS = frozenset({"tasks.jobs.run_task", "dlq.jobs.run_bulk_operation"})

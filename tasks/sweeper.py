@@ -21,8 +21,9 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
+from dlq.bulk import bulk_operations_redeliver_stale
 from dlq.models import DLQStatus
-from dlq.services import dlq_item_open, dlq_item_set_status
+from dlq.services import dlq_item_open, dlq_item_set_status, dlq_items_purge_resolved
 from reliability_console.exceptions import UnknownPipeline
 from tasks import registry
 from tasks.delivery import deliver_on_commit, delivery_pending
@@ -46,6 +47,8 @@ class SweepReport:
     retries_started: int = 0
     redelivered: int = 0
     idempotency_records_purged: int = 0
+    bulk_redelivered: int = 0
+    dlq_items_purged: int = 0
     redis_unavailable: bool = False
     errors: list[str] = field(default_factory=list)
 
@@ -56,13 +59,17 @@ class SweepReport:
             "retries_started": self.retries_started,
             "redelivered": self.redelivered,
             "idempotency_records_purged": self.idempotency_records_purged,
+            "bulk_redelivered": self.bulk_redelivered,
+            "dlq_items_purged": self.dlq_items_purged,
             "redis_unavailable": self.redis_unavailable,
         }
 
     @property
     def did_something(self) -> bool:
-        return bool(self.requeued or self.crash_loops or self.compensation_crash_loops) or bool(
-            self.retries_started or self.redelivered or self.idempotency_records_purged
+        return (
+            bool(self.requeued or self.crash_loops or self.compensation_crash_loops)
+            or bool(self.retries_started or self.redelivered or self.idempotency_records_purged)
+            or bool(self.bulk_redelivered or self.dlq_items_purged)
         )
 
 
@@ -72,6 +79,8 @@ def sweep_once() -> SweepReport:
     _due_retries(report)
     _lost_deliveries(report)
     report.idempotency_records_purged = idempotency_purge_expired()
+    report.bulk_redelivered = bulk_operations_redeliver_stale()
+    report.dlq_items_purged = dlq_items_purge_resolved()
     if report.did_something or report.redis_unavailable:
         logger.info("sweep", extra={"event": "sweep", **report.as_log()})
     return report

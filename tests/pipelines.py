@@ -111,3 +111,31 @@ slow_input = Pipeline("t_slow_input", validate_input=_slow_validation, failure_p
 @slow_input.step
 def noop(ctx):
     return None
+
+
+# Failures park in the DLQ for an operator (no automatic compensation).
+parked = Pipeline(
+    "t_parked", retry=RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.02), failure_policy=FailurePolicy.PARK
+)
+
+
+@parked.step(effects=("charge",))
+def parked_charge(ctx):
+    return {"charge": ctx.idempotency_key("charge")}
+
+
+@parked_charge.compensation
+def parked_refund(ctx):
+    return None
+
+
+@parked.step(transactional=True)
+def parked_record(ctx):
+    return {"recorded": True}
+
+
+@parked.step
+def parked_finish(ctx):
+    if ctx.input.get("fail") and not ctx.input.get("fixed"):
+        raise PermanentError("the far side refused", code="refused")
+    return {"done": True}

@@ -1,0 +1,292 @@
+"""Bulk actions by filter, with a blast-radius limit.
+
+A bulk action freezes the ids of the items matching a filter, then works
+through them in the background: first a canary batch, which stops the whole
+operation when its failure rate passes the threshold, then the rest at a
+rate limit. An operator can pause, resume or cancel it; one over
+``RELIABILITY_BULK_APPROVAL_THRESHOLD`` items waits for a second person with
+the approve permission (never the requester).
+
+Work happens in short RQ jobs that each claim a slice of items with a
+compare-and-set on ``processed`` (so two jobs never act on the same item),
+then re-enqueue themselves; the sweeper re-delivers a running operation whose
+job was lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+
+import django_rq
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from dlq.actions import ACTIONS, ActionDenied, ActionRefused, ReasonRequired, dlq_item_act
+from dlq.audit import audit_denied, audit_record
+from dlq.models import AuditOutcome, BulkOperation, BulkStatus, ResolutionCode
+from reliability_console.exceptions import ReliabilityError
+
+logger = logging.getLogger(__name__)
+
+RUN_BULK_ENTRY_POINT = "dlq.jobs.run_bulk_operation"
+BULK_PERMISSION = "dlq.bulk_dlqitem"
+APPROVE_PERMISSION = "dlq.approve_bulk_dlqitem"
+# One job works for about this long, then hands over to the next (keeps a worker free for tasks).
+SLICE_SECONDS = 2.0
+MAX_ITEMS = 100_000
+STALE_AFTER_SECONDS = 30
+
+
+class BulkRefused(ReliabilityError):
+    code = "bulk_refused"
+
+
+def bulk_operation_request(
+    *,
+    actor,
+    action: str,
+    item_ids: list[int],
+    filter_query: str,
+    reason: str,
+    resolution_code: str = "",
+    client_ip: str | None = None,
+) -> BulkOperation:
+    """Create a bulk operation over ``item_ids`` (the items matching ``filter_query``)."""
+    spec = ACTIONS.get(action)
+    if spec is None:
+        raise BulkRefused(f"unknown action {action!r}")
+    username = actor.get_username()
+    if not (actor.has_perm(BULK_PERMISSION) and actor.has_perm(spec.permission)):
+        audit_denied(
+            actor=username,
+            action=f"bulk_{action}",
+            target_type="bulk_operation",
+            target_id="new",
+            client_ip=client_ip,
+            reason=reason,
+        )
+        raise ActionDenied("you may not start this bulk action")
+    reason = (reason or "").strip()
+    if not reason:
+        raise ReasonRequired("give a reason: it goes into the audit log")
+    if action == "close" and resolution_code not in ResolutionCode.values:
+        raise ReasonRequired("choose a resolution code")
+    if not item_ids:
+        raise BulkRefused("no items match this filter")
+    if len(item_ids) > MAX_ITEMS:
+        raise BulkRefused(f"at most {MAX_ITEMS} items per bulk action; narrow the filter")
+    needs_approval = len(item_ids) > settings.RELIABILITY_BULK_APPROVAL_THRESHOLD
+    with transaction.atomic():
+        operation = BulkOperation.objects.create(
+            action=action,
+            filter_query=filter_query[:2000],
+            item_ids=list(item_ids),
+            reason=reason,
+            resolution_code=resolution_code,
+            requested_by=username,
+            status=BulkStatus.AWAITING_APPROVAL if needs_approval else BulkStatus.RUNNING,
+            total=len(item_ids),
+            canary_size=settings.RELIABILITY_BULK_CANARY_SIZE,
+            canary_max_failure_rate=settings.RELIABILITY_BULK_CANARY_MAX_FAILURE_RATE,
+            rate_per_second=settings.RELIABILITY_BULK_RATE_PER_SECOND,
+            client_ip=client_ip,
+        )
+        _audit(operation, username, "bulk_request", "", operation.status, reason, client_ip)
+        if not needs_approval:
+            transaction.on_commit(lambda: bulk_operation_deliver(operation_id=operation.pk))
+    return operation
+
+
+def bulk_operation_approve(*, actor, operation_id: int, client_ip: str | None = None) -> BulkOperation:
+    """Four eyes: a supervisor other than the requester lets a large operation run."""
+    username = actor.get_username()
+    if not actor.has_perm(APPROVE_PERMISSION):
+        audit_denied(
+            actor=username,
+            action="bulk_approve",
+            target_type="bulk_operation",
+            target_id=str(operation_id),
+            client_ip=client_ip,
+        )
+        raise ActionDenied("you may not approve bulk actions")
+    requested = BulkOperation.objects.filter(pk=operation_id).first()
+    if requested is None:
+        raise BulkRefused("no such bulk action")
+    if requested.requested_by == username:
+        _audit(requested, username, "bulk_approve", requested.status, requested.status, "", client_ip, refused=True)
+        raise BulkRefused("the requester cannot approve their own bulk action")
+    with transaction.atomic():
+        operation = BulkOperation.objects.select_for_update().get(pk=operation_id)
+        if operation.status != BulkStatus.AWAITING_APPROVAL:
+            raise BulkRefused(f"this bulk action is {operation.status}, not awaiting approval")
+        before = operation.status
+        operation.status = BulkStatus.RUNNING
+        operation.approved_by = username
+        operation.save(update_fields=["status", "approved_by", "updated_at"])
+        _audit(operation, username, "bulk_approve", before, operation.status, "", client_ip)
+        transaction.on_commit(lambda: bulk_operation_deliver(operation_id=operation.pk))
+    return operation
+
+
+TRANSITIONS = {
+    "pause": ((BulkStatus.RUNNING,), BulkStatus.PAUSED),
+    "resume": ((BulkStatus.PAUSED,), BulkStatus.RUNNING),
+    "cancel": ((BulkStatus.RUNNING, BulkStatus.PAUSED, BulkStatus.AWAITING_APPROVAL), BulkStatus.CANCELLED),
+}
+
+
+def bulk_operation_control(*, actor, operation_id: int, command: str, client_ip: str | None = None) -> BulkOperation:
+    """Pause, resume or cancel a bulk operation."""
+    username = actor.get_username()
+    if command not in TRANSITIONS:
+        raise BulkRefused(f"unknown command {command!r}")
+    if not actor.has_perm(BULK_PERMISSION):
+        audit_denied(
+            actor=username,
+            action=f"bulk_{command}",
+            target_type="bulk_operation",
+            target_id=str(operation_id),
+            client_ip=client_ip,
+        )
+        raise ActionDenied("you may not control bulk actions")
+    sources, target = TRANSITIONS[command]
+    with transaction.atomic():
+        operation = BulkOperation.objects.select_for_update().get(pk=operation_id)
+        if operation.status not in sources:
+            raise BulkRefused(f"cannot {command} a bulk action that is {operation.status}")
+        before = operation.status
+        operation.status = target
+        if target == BulkStatus.CANCELLED:
+            operation.finished_at = timezone.now()
+        operation.save(update_fields=["status", "finished_at", "updated_at"])
+        _audit(operation, username, f"bulk_{command}", before, target, "", client_ip)
+        if target == BulkStatus.RUNNING:
+            transaction.on_commit(lambda: bulk_operation_deliver(operation_id=operation.pk))
+    return operation
+
+
+def bulk_operation_deliver(*, operation_id: int, delay: float = 0.0) -> bool:
+    queue = django_rq.get_queue(settings.RELIABILITY_QUEUE)
+    try:
+        if delay > 0:
+            queue.enqueue_in(timedelta(seconds=delay), RUN_BULK_ENTRY_POINT, operation_id, result_ttl=0, job_timeout=-1)
+        else:
+            queue.enqueue_call(RUN_BULK_ENTRY_POINT, args=(operation_id,), result_ttl=0, timeout=-1)
+    except RedisError:
+        logger.warning("bulk delivery postponed", extra={"event": "delivery_failed", "bulk_operation": operation_id})
+        return False
+    return True
+
+
+def bulk_operation_run_slice(*, operation_id: int, slice_seconds: float = SLICE_SECONDS) -> str:
+    """Work on ``operation_id`` for about ``slice_seconds``; return its status afterwards.
+
+    Returns "continue" when more work remains (the caller re-enqueues).
+    """
+    started = time.monotonic()
+    while time.monotonic() - started < slice_seconds:
+        operation = BulkOperation.objects.get(pk=operation_id)
+        if operation.status != BulkStatus.RUNNING:
+            return operation.status
+        if operation.processed >= operation.total:
+            _finish(operation)
+            return BulkStatus.COMPLETED
+        index = operation.processed
+        # Claim item number `index`: only one job can move `processed` past it.
+        claimed = BulkOperation.objects.filter(pk=operation_id, processed=index, status=BulkStatus.RUNNING).update(
+            processed=index + 1, updated_at=timezone.now()
+        )
+        if not claimed:
+            continue
+        ok = _act_on(operation, operation.item_ids[index])
+        BulkOperation.objects.filter(pk=operation_id).update(
+            succeeded=F("succeeded") + (1 if ok else 0), failed=F("failed") + (0 if ok else 1)
+        )
+        if index + 1 == min(operation.canary_size, operation.total):
+            if _canary_failed(operation_id):
+                return BulkStatus.CANARY_FAILED
+        # The rate limit paces items evenly rather than in bursts.
+        time.sleep(1.0 / operation.rate_per_second if operation.rate_per_second > 0 else 0)
+    return "continue"
+
+
+def _act_on(operation: BulkOperation, item_id: int) -> bool:
+    user = get_user_model().objects.filter(username=operation.requested_by).first()
+    if user is None:
+        return False
+    try:
+        dlq_item_act(
+            item_id=item_id,
+            action=operation.action,
+            actor=user,
+            reason=f"[bulk #{operation.pk}] {operation.reason}",
+            client_ip=operation.client_ip,
+            resolution_code=operation.resolution_code,
+            bulk_operation_id=operation.pk,
+        )
+    except (ActionRefused, ActionDenied, ReasonRequired):
+        return False
+    return True
+
+
+def _canary_failed(operation_id: int) -> bool:
+    with transaction.atomic():
+        operation = BulkOperation.objects.select_for_update().get(pk=operation_id)
+        canary = min(operation.canary_size, operation.total)
+        if canary == 0 or operation.failed / canary <= operation.canary_max_failure_rate:
+            return False
+        operation.status = BulkStatus.CANARY_FAILED
+        operation.finished_at = timezone.now()
+        operation.save(update_fields=["status", "finished_at", "updated_at"])
+        _audit(
+            operation,
+            "system",
+            "bulk_canary_stop",
+            BulkStatus.RUNNING,
+            operation.status,
+            f"{operation.failed} of {canary} canary items failed",
+            None,
+        )
+    return True
+
+
+def _finish(operation: BulkOperation) -> None:
+    updated = BulkOperation.objects.filter(pk=operation.pk, status=BulkStatus.RUNNING).update(
+        status=BulkStatus.COMPLETED, finished_at=timezone.now(), updated_at=timezone.now()
+    )
+    if updated:
+        _audit(operation, "system", "bulk_complete", BulkStatus.RUNNING, BulkStatus.COMPLETED, "", None)
+
+
+def _audit(operation, actor, action, before, after, reason, client_ip, refused=False) -> None:
+    audit_record(
+        actor=actor,
+        action=action,
+        target_type="bulk_operation",
+        target_id=str(operation.pk),
+        state_before=before,
+        state_after=after,
+        reason=reason or operation.reason,
+        outcome=AuditOutcome.REFUSED if refused else AuditOutcome.SUCCEEDED,
+        detail=f"{operation.action} on {operation.total} items",
+        client_ip=client_ip,
+        bulk_operation_id=operation.pk,
+    )
+
+
+def bulk_operations_redeliver_stale() -> int:
+    """Re-deliver running operations whose job was lost (called by the sweeper)."""
+    stale = BulkOperation.objects.filter(
+        status=BulkStatus.RUNNING, updated_at__lt=timezone.now() - timedelta(seconds=STALE_AFTER_SECONDS)
+    ).values_list("pk", flat=True)
+    count = 0
+    for operation_id in stale:
+        BulkOperation.objects.filter(pk=operation_id).update(updated_at=timezone.now())
+        count += bulk_operation_deliver(operation_id=operation_id)
+    return count

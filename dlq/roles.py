@@ -1,0 +1,48 @@
+"""The console's roles, as Django groups with permissions."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import Group, Permission
+from django.db import transaction
+
+VIEW = [
+    "tasks.view_task",
+    "tasks.view_stepattempt",
+    "tasks.view_checkpoint",
+    "tasks.view_sideeffect",
+    "dlq.view_dlqitem",
+    "dlq.view_auditentry",
+    "dlq.view_bulkoperation",
+]
+OPERATE = ["dlq.retry_dlqitem", "dlq.close_dlqitem"]
+SUPERVISE = [
+    "dlq.compensate_dlqitem",
+    "dlq.retry_from_start_dlqitem",
+    "dlq.bulk_dlqitem",
+    "dlq.approve_bulk_dlqitem",
+    "tasks.view_apiclient",
+    "tasks.change_apiclient",
+]
+
+ROLES: dict[str, list[str]] = {
+    "viewer": VIEW,
+    "operator": VIEW + OPERATE,
+    "supervisor": VIEW + OPERATE + SUPERVISE,
+}
+
+
+def roles_setup() -> dict[str, int]:
+    """Create or update the viewer, operator and supervisor groups; return permissions per group."""
+    result = {}
+    with transaction.atomic():
+        for name, codes in ROLES.items():
+            group, _ = Group.objects.get_or_create(name=name)
+            permissions = [_permission(code) for code in codes]
+            group.permissions.set(permissions)
+            result[name] = len(permissions)
+    return result
+
+
+def _permission(code: str) -> Permission:
+    app_label, codename = code.split(".", 1)
+    return Permission.objects.get(content_type__app_label=app_label, codename=codename)

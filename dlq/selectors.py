@@ -1,0 +1,91 @@
+"""Reads for the operator console: failure groups and retry previews."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import Count, Max, Min, QuerySet
+from django.utils.translation import gettext as _
+
+from dlq.models import AuditEntry, DLQItem
+from reliability_console.exceptions import UnknownPipeline
+from tasks import registry
+from tasks.models import Checkpoint, SideEffect
+
+# Groups are computed over at most this many of the newest matching items,
+# so the panel stays fast on a million-row table (the page says so).
+GROUP_SCAN_LIMIT = 50_000
+GROUP_LIMIT = 20
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    fingerprint: str
+    pipeline: str
+    failing_step: str
+    error_code: str
+    count: int
+    first_seen: object
+    last_seen: object
+
+
+def failure_groups(*, items: QuerySet[DLQItem], limit: int = GROUP_LIMIT) -> list[FailureGroup]:
+    """The largest groups (pipeline + step + error code) among ``items``, with counts and first/last seen."""
+    newest = items.order_by("-created_at").values("pk")[:GROUP_SCAN_LIMIT]
+    rows = (
+        DLQItem.objects.filter(pk__in=newest)
+        .values("fingerprint", "pipeline", "failing_step", "error_code")
+        .annotate(count=Count("id"), first_seen=Min("created_at"), last_seen=Max("created_at"))
+        .order_by("-count", "fingerprint")[:limit]
+    )
+    return [FailureGroup(**row) for row in rows]
+
+
+@dataclass(frozen=True)
+class PreviewStep:
+    index: int
+    name: str
+    runs_again: bool
+    protection: str
+
+
+def retry_preview(*, item: DLQItem, action: str) -> list[PreviewStep]:
+    """Which steps a retry skips, which run again, and whether those are protected by effect keys."""
+    task = item.task
+    try:
+        steps = registry.get(task.pipeline).steps
+    except UnknownPipeline:
+        return []
+    from_start = action == "retry_from_start"
+    done = set() if from_start else set(Checkpoint.objects.filter(task=task).values_list("step_index", flat=True))
+    used = dict(
+        SideEffect.objects.filter(task=task, generation=task.generation)
+        .values("step_index")
+        .annotate(n=Count("id"))
+        .values_list("step_index", "n")
+    )
+    preview = []
+    for index, step in enumerate(steps):
+        if index in done:
+            preview.append(PreviewStep(index, step.name, False, _("skipped: its checkpoint is kept")))
+            continue
+        if step.effects:
+            names = ", ".join(step.effects)
+            if from_start:
+                protection = _("key-protected (%(effects)s) with new keys: it acts again") % {"effects": names}
+            elif used.get(index):
+                protection = _("key-protected (%(effects)s): the same keys as before, no second effect") % {
+                    "effects": names
+                }
+            else:
+                protection = _("key-protected (%(effects)s)") % {"effects": names}
+        elif step.transactional:
+            protection = _("database only, atomic with its checkpoint")
+        else:
+            protection = _("no declared external effects: check the step before retrying")
+        preview.append(PreviewStep(index, step.name, True, protection))
+    return preview
+
+
+def audit_entries_for_item(*, item: DLQItem, limit: int = 50) -> list[AuditEntry]:
+    return list(AuditEntry.objects.filter(target_type="dlq_item", target_id=str(item.pk))[:limit])

@@ -1,0 +1,376 @@
+"""Operator actions in the DLQ console: permissions, reasons, audit, races, previews, bulk, four eyes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import DatabaseError, connection, transaction
+
+from dlq.actions import ActionDenied, ActionRefused, ReasonRequired, dlq_item_act
+from dlq.bulk import (
+    BulkRefused,
+    bulk_operation_approve,
+    bulk_operation_control,
+    bulk_operation_request,
+    bulk_operation_run_slice,
+)
+from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem, DLQStatus
+from dlq.roles import roles_setup
+from tasks.models import Task
+from tasks.runner import task_run
+from tasks.services import task_submit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ACTIONS = ["retry", "retry_from_start", "compensate", "close"]
+ALLOWED = {
+    "viewer": set(),
+    "operator": {"retry", "close"},
+    "supervisor": {"retry", "retry_from_start", "compensate", "close"},
+}
+
+
+@pytest.fixture(autouse=True)
+def _setup(clean_redis):
+    roles_setup()
+
+
+@pytest.fixture
+def users():
+    made = {}
+    for role in ("viewer", "operator", "supervisor"):
+        user = get_user_model().objects.create_user(f"{role}1", password="x-test-only", is_staff=True)
+        user.groups.add(Group.objects.get(name=role))
+        made[role] = user
+    second = get_user_model().objects.create_user("supervisor2", password="x-test-only", is_staff=True)
+    second.groups.add(Group.objects.get(name="supervisor"))
+    made["supervisor2"] = second
+    return made
+
+
+def rows(response) -> int:
+    return response.content.decode().count('<td class="field-pipeline">')
+
+
+def fresh(user):
+    # Permissions are cached per user object; reload to see group changes.
+    return get_user_model().objects.get(pk=user.pk)
+
+
+def parked_item(**input_) -> DLQItem:
+    task = task_submit(pipeline="t_parked", input={"fail": True, **input_})
+    task_run(task_id=str(task.pk), worker="w1")
+    return DLQItem.objects.get(task=task)
+
+
+def compensated_item() -> DLQItem:
+    task = task_submit(pipeline="t_local", input={"fail_b": "permanent"})
+    task_run(task_id=str(task.pk), worker="w1")
+    return DLQItem.objects.get(task=task)
+
+
+def item_for(action: str) -> DLQItem:
+    return compensated_item() if action == "retry_from_start" else parked_item()
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator", "supervisor"])
+@pytest.mark.parametrize("action", ACTIONS)
+def test_each_action_checks_its_own_permission_and_audits(client, users, role, action):
+    item = item_for(action)
+    client.force_login(users[role])
+    data = {"reason": "ticket OPS-1", "resolution_code": "ignored"}
+    response = client.post(f"/admin/dlq/dlqitem/{item.pk}/act/{action}/", data, REMOTE_ADDR="10.1.2.3")
+    entry = AuditEntry.objects.filter(target_id=str(item.pk), action=action).get()
+    assert entry.actor == users[role].username and entry.client_ip == "10.1.2.3"
+    if action in ALLOWED[role]:
+        assert response.status_code == 302
+        assert entry.outcome == AuditOutcome.SUCCEEDED and entry.reason == "ticket OPS-1"
+        assert entry.state_before and entry.state_after
+    else:
+        assert response.status_code == 403
+        assert entry.outcome == AuditOutcome.DENIED
+        assert DLQItem.objects.get(pk=item.pk).status == item.status
+
+
+@pytest.mark.parametrize("action", ACTIONS)
+def test_anonymous_users_are_sent_to_login_and_nothing_happens(client, action):
+    item = item_for(action)
+    response = client.post(f"/admin/dlq/dlqitem/{item.pk}/act/{action}/", {"reason": "x"})
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+    assert DLQItem.objects.get(pk=item.pk).status == item.status
+
+
+def test_a_reason_is_required(client, users):
+    item = parked_item()
+    client.force_login(users["supervisor"])
+    response = client.post(f"/admin/dlq/dlqitem/{item.pk}/act/retry/", {"reason": "   "})
+    assert response.status_code == 400 and b"give a reason" in response.content
+    assert Task.objects.get(pk=item.task_id).state == "failed"
+    with pytest.raises(ReasonRequired):
+        dlq_item_act(item_id=item.pk, action="close", actor=fresh(users["supervisor"]), reason="x")
+
+
+def test_confirmation_page_on_get_then_act_on_post_with_message(client, users):
+    item = parked_item()
+    client.force_login(users["operator"])
+    page = client.get(f"/admin/dlq/dlqitem/{item.pk}/act/retry/")
+    assert page.status_code == 200 and b"Retry preview" in page.content and b'name="reason"' in page.content
+    assert Task.objects.get(pk=item.task_id).state == "failed"  # GET changes nothing
+    done = client.post(f"/admin/dlq/dlqitem/{item.pk}/act/retry/", {"reason": "fixed upstream"}, follow=True)
+    assert b"done: task failed" in done.content
+    assert Task.objects.get(pk=item.task_id).state == "queued"
+    assert DLQItem.objects.get(pk=item.pk).status == DLQStatus.RETRYING
+
+
+def test_the_retry_preview_lists_skipped_and_rerun_steps_with_their_protection(client, users):
+    item = parked_item()
+    client.force_login(users["operator"])
+    page = client.get(f"/admin/dlq/dlqitem/{item.pk}/act/retry/").content.decode()
+    preview = page.split('id="retry-preview"')[1].split("</table>")[0]
+    rows = preview.split("<tr class=")[1:]
+    assert [row.split('"')[1] for row in rows] == ["skipped", "skipped", "runs-again"]
+    assert "parked_charge" in rows[0] and "checkpoint is kept" in rows[0]
+    assert "parked_finish" in rows[2] and "no declared external effects" in rows[2]
+    start = compensated_item()
+    client.force_login(users["supervisor"])
+    page = client.get(f"/admin/dlq/dlqitem/{start.pk}/act/retry_from_start/").content.decode()
+    assert page.count('class="runs-again"') == 2
+
+
+def test_buttons_a_user_cannot_use_are_not_shown(client, users):
+    item = parked_item()
+    for role, expected in (
+        ("viewer", set()),
+        ("operator", {"retry", "close"}),
+        ("supervisor", {"retry", "compensate", "close"}),
+    ):
+        client.force_login(users[role])
+        page = client.get(f"/admin/dlq/dlqitem/{item.pk}/change/").content.decode()
+        shown = {action for action in ACTIONS if f'class="action-{action}"' in page}
+        assert shown == expected, role
+
+
+def test_two_operators_racing_on_one_item_one_wins_the_other_is_told(users):
+    item = parked_item()
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    def act(user):
+        barrier.wait(timeout=10)
+        try:
+            dlq_item_act(item_id=item.pk, action="retry", actor=fresh(user), reason="race")
+            outcomes.append("done")
+        except ActionRefused as exc:
+            outcomes.append(f"refused: {exc.message}")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=act, args=(users[name],)) for name in ("operator", "supervisor")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(o.split(":")[0] for o in outcomes) == ["done", "refused"], outcomes
+    task = Task.objects.get(pk=item.task_id)
+    assert task.state == "queued" and task.fencing_token == 2  # moved exactly once
+    audited = AuditEntry.objects.filter(target_id=str(item.pk)).values_list("outcome", flat=True)
+    assert sorted(audited) == [AuditOutcome.REFUSED, AuditOutcome.SUCCEEDED]
+
+
+def test_an_operator_cannot_act_on_a_task_a_worker_already_moved(users):
+    item = parked_item()
+    dlq_item_act(item_id=item.pk, action="retry", actor=fresh(users["operator"]), reason="first")
+    with pytest.raises(ActionRefused):
+        dlq_item_act(item_id=item.pk, action="compensate", actor=fresh(users["supervisor"]), reason="late")
+
+
+def test_a_retried_task_that_succeeds_resolves_its_item(users):
+    item = parked_item()
+    Task.objects.filter(pk=item.task_id).update(input={"fail": True, "fixed": True})
+    dlq_item_act(item_id=item.pk, action="retry", actor=fresh(users["operator"]), reason="fixed")
+    assert task_run(task_id=str(item.task_id), worker="w2") == "succeeded"
+    item.refresh_from_db()
+    assert item.status == DLQStatus.RESOLVED and item.resolution_code == "retried"
+
+
+def test_a_task_that_fails_again_after_retry_reopens_its_one_item(users):
+    item = parked_item()
+    dlq_item_act(item_id=item.pk, action="retry", actor=fresh(users["operator"]), reason="try again")
+    task_run(task_id=str(item.task_id), worker="w2")
+    assert DLQItem.objects.filter(task_id=item.task_id).count() == 1
+    assert DLQItem.objects.get(task_id=item.task_id).status == DLQStatus.OPEN
+
+
+def test_close_resolves_with_a_code_and_note(users):
+    item = parked_item()
+    dlq_item_act(
+        item_id=item.pk, action="close", actor=fresh(users["operator"]), reason="dup of #7", resolution_code="duplicate"
+    )
+    item.refresh_from_db()
+    assert (item.status, item.resolution_code, item.resolution_note) == (DLQStatus.RESOLVED, "duplicate", "dup of #7")
+    assert not Task.objects.get(pk=item.task_id).in_dlq
+
+
+def test_the_audit_table_rejects_update_and_delete_on_postgresql(users):
+    item = parked_item()
+    dlq_item_act(item_id=item.pk, action="retry", actor=fresh(users["operator"]), reason="r")
+    for statement in ("UPDATE dlq_auditentry SET actor = 'mallory'", "DELETE FROM dlq_auditentry"):
+        with pytest.raises(DatabaseError, match="append-only"):
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(statement)
+    assert AuditEntry.objects.filter(actor="operator1").count() == 1
+
+
+# --- bulk by filter ---------------------------------------------------------------
+
+
+def run_until_stopped(operation_id, limit=200):
+    for _ in range(limit):
+        status = bulk_operation_run_slice(operation_id=operation_id, slice_seconds=0.5)
+        if status != "continue":
+            return status
+    raise AssertionError("bulk operation did not stop")
+
+
+def test_bulk_stops_by_itself_when_the_canary_fails(users, settings):
+    settings.RELIABILITY_BULK_RATE_PER_SECOND = 1000
+    items = [compensated_item() for _ in range(14)]  # retry from checkpoint is refused for compensated tasks
+    operation = bulk_operation_request(
+        actor=fresh(users["supervisor"]), action="retry", item_ids=[i.pk for i in items], filter_query="", reason="r"
+    )
+    assert run_until_stopped(operation.pk) == BulkStatus.CANARY_FAILED
+    operation.refresh_from_db()
+    assert operation.processed == 10 and operation.failed == 10 and operation.status == BulkStatus.CANARY_FAILED
+    assert AuditEntry.objects.filter(action="bulk_canary_stop").count() == 1
+
+
+def test_bulk_proceeds_at_its_rate_limit(users, settings):
+    settings.RELIABILITY_BULK_RATE_PER_SECOND = 10
+    items = [parked_item() for _ in range(12)]
+    operation = bulk_operation_request(
+        actor=fresh(users["supervisor"]),
+        action="close",
+        item_ids=[i.pk for i in items],
+        filter_query="pipeline=t_parked",
+        reason="cleanup",
+        resolution_code="ignored",
+    )
+    started = time.monotonic()
+    assert run_until_stopped(operation.pk) == BulkStatus.COMPLETED
+    elapsed = time.monotonic() - started
+    operation.refresh_from_db()
+    assert (operation.processed, operation.succeeded, operation.failed) == (12, 12, 0)
+    assert elapsed >= 11 / 10 * 0.9  # 12 items at 10 per second
+    stamps = list(
+        AuditEntry.objects.filter(bulk_operation_id=operation.pk, action="close")
+        .order_by("created_at")
+        .values_list("created_at", flat=True)
+    )
+    gaps = [(b - a).total_seconds() for a, b in zip(stamps, stamps[1:], strict=False)]
+    assert len(stamps) == 12 and min(gaps) >= 0.09
+    assert all(DLQItem.objects.get(pk=i.pk).status == DLQStatus.RESOLVED for i in items)
+
+
+def test_bulk_can_be_paused_resumed_and_cancelled(users, settings):
+    settings.RELIABILITY_BULK_RATE_PER_SECOND = 1000
+    items = [parked_item() for _ in range(6)]
+    supervisor = fresh(users["supervisor"])
+    operation = bulk_operation_request(
+        actor=supervisor,
+        action="close",
+        item_ids=[i.pk for i in items],
+        filter_query="",
+        reason="r",
+        resolution_code="ignored",
+    )
+    bulk_operation_run_slice(operation_id=operation.pk, slice_seconds=0.0001)
+    bulk_operation_control(actor=supervisor, operation_id=operation.pk, command="pause")
+    processed = BulkOperation.objects.get(pk=operation.pk).processed
+    assert bulk_operation_run_slice(operation_id=operation.pk) == BulkStatus.PAUSED
+    assert BulkOperation.objects.get(pk=operation.pk).processed == processed
+    bulk_operation_control(actor=supervisor, operation_id=operation.pk, command="resume")
+    bulk_operation_run_slice(operation_id=operation.pk, slice_seconds=0.0001)
+    bulk_operation_control(actor=supervisor, operation_id=operation.pk, command="cancel")
+    stopped_at = BulkOperation.objects.get(pk=operation.pk).processed
+    assert bulk_operation_run_slice(operation_id=operation.pk) == BulkStatus.CANCELLED
+    final = BulkOperation.objects.get(pk=operation.pk)
+    assert final.status == BulkStatus.CANCELLED and final.processed == stopped_at < 6
+    with pytest.raises(BulkRefused):
+        bulk_operation_control(actor=supervisor, operation_id=operation.pk, command="resume")
+
+
+def test_large_bulk_needs_a_second_supervisor(users, settings):
+    settings.RELIABILITY_BULK_APPROVAL_THRESHOLD = 3
+    items = [parked_item() for _ in range(5)]
+    requester = fresh(users["supervisor"])
+    operation = bulk_operation_request(
+        actor=requester,
+        action="close",
+        item_ids=[i.pk for i in items],
+        filter_query="",
+        reason="r",
+        resolution_code="ignored",
+    )
+    assert operation.status == BulkStatus.AWAITING_APPROVAL
+    assert bulk_operation_run_slice(operation_id=operation.pk) == BulkStatus.AWAITING_APPROVAL
+    with pytest.raises(BulkRefused, match="cannot approve their own"):
+        bulk_operation_approve(actor=requester, operation_id=operation.pk)
+    assert AuditEntry.objects.filter(action="bulk_approve", outcome=AuditOutcome.REFUSED).count() == 1
+    with pytest.raises(ActionDenied):
+        bulk_operation_approve(actor=fresh(users["operator"]), operation_id=operation.pk)
+    bulk_operation_approve(actor=fresh(users["supervisor2"]), operation_id=operation.pk)
+    operation.refresh_from_db()
+    assert operation.status == BulkStatus.RUNNING and operation.approved_by == "supervisor2"
+
+
+def test_bulk_by_filter_from_the_admin_freezes_the_matching_items(client, users, settings):
+    settings.RELIABILITY_BULK_APPROVAL_THRESHOLD = 1000
+    parked = [parked_item() for _ in range(3)]
+    compensated_item()
+    client.force_login(users["supervisor"])
+    page = client.get("/admin/dlq/dlqitem/bulk/close/?pipeline__exact=t_parked")
+    assert page.status_code == 200 and b"3 items match" in page.content
+    response = client.post(
+        "/admin/dlq/dlqitem/bulk/close/?pipeline__exact=t_parked", {"reason": "noise", "resolution_code": "ignored"}
+    )
+    assert response.status_code == 302
+    operation = BulkOperation.objects.get()
+    assert (
+        sorted(operation.item_ids) == sorted(i.pk for i in parked)
+        and operation.filter_query == "pipeline__exact=t_parked"
+    )
+    client.force_login(users["operator"])
+    assert client.post("/admin/dlq/dlqitem/bulk/close/", {"reason": "x"}).status_code == 403
+
+
+def test_failure_groups_and_fingerprint_filter_on_the_list(client, users):
+    for _ in range(3):
+        parked_item()
+    compensated_item()
+    client.force_login(users["viewer"])
+    page = client.get("/admin/dlq/dlqitem/").content.decode()
+    groups = page.split('id="failure-groups"')[1].split("</table>")[0]
+    assert groups.count('class="failure-group"') == 2
+    assert groups.index("parked_finish") < groups.index("local_b")  # the bigger group first
+    grouped = client.get("/admin/dlq/dlqitem/", {"fingerprint": "t_parked:parked_finish:refused"})
+    assert grouped.status_code == 200 and rows(grouped) == 3
+
+
+def test_list_search_by_task_id_key_and_message(client, users):
+    item = parked_item()
+    client.force_login(users["viewer"])
+    for term in (str(item.task_id), "refused", "far side"):
+        assert rows(client.get("/admin/dlq/dlqitem/", {"q": term})) == 1, term
+    assert rows(client.get("/admin/dlq/dlqitem/", {"q": "nothing-like-this"})) == 0
+
+
+def test_login_attempts_are_throttled(client, users):
+    for _ in range(5):
+        client.post("/admin/login/?next=/admin/", {"username": "operator1", "password": "wrong"})
+    locked = client.post("/admin/login/?next=/admin/", {"username": "operator1", "password": "x-test-only"})
+    assert locked.status_code in (403, 429)
+    assert "_auth_user_id" not in client.session
