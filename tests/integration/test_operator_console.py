@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -270,7 +271,7 @@ def test_bulk_proceeds_at_its_rate_limit(users, settings):
         .order_by("created_at")
         .values_list("created_at", flat=True)
     )
-    gaps = [(b - a).total_seconds() for a, b in zip(stamps, stamps[1:], strict=False)]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(stamps)]
     assert len(stamps) == 12 and min(gaps) >= 0.09
     assert all(DLQItem.objects.get(pk=i.pk).status == DLQStatus.RESOLVED for i in items)
 
