@@ -4,11 +4,55 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+from django.views.decorators.cache import never_cache
+
+from dlq.dashboard import HourlyGrowth, dashboard_snapshot
+from dlq.svg_charts import Series, line_chart
+
+# The growth chart labels one hour a day, counting back from the current hour.
+HOURS_BETWEEN_X_LABELS = 24
+CREATED_COLOUR = "#c0392b"
+RESOLVED_COLOUR = "#2980b9"
+
+
+def growth_chart(growth: HourlyGrowth) -> SafeString:
+    """The DLQ growth figures as an inline SVG line chart."""
+    last = len(growth.hours) - 1
+    x_labels = {
+        index: date_format(timezone.localtime(hour), "D H:i")
+        for index, hour in enumerate(growth.hours)
+        if (last - index) % HOURS_BETWEEN_X_LABELS == 0
+    }
+    return line_chart(
+        title=gettext("Dead letters per hour, last 7 days"),
+        description=gettext("%(created)d new and %(resolved)d resolved items in the last 7 days.")
+        % {"created": growth.total_created, "resolved": growth.total_resolved},
+        series=[
+            Series(label=gettext("new"), values=growth.created, colour=CREATED_COLOUR),
+            Series(label=gettext("resolved"), values=growth.resolved, colour=RESOLVED_COLOUR),
+        ],
+        x_labels=x_labels,
+    )
 
 
 @staff_member_required
+@permission_required("dlq.view_dlqitem", raise_exception=True)
+@never_cache
 def dashboard(request: HttpRequest) -> HttpResponse:
-    """Placeholder until the dashboard lands (see dlq/dashboard.py)."""
-    return TemplateResponse(request, "admin/base_site.html", {**admin.site.each_context(request)})
+    """Task states, dead letters, queues, workers, the sweeper and operator actions on one page."""
+    snapshot = dashboard_snapshot()
+    context = {
+        **admin.site.each_context(request),
+        "title": _("Dashboard"),
+        "dashboard": snapshot,
+        "growth_chart": growth_chart(snapshot.growth),
+    }
+    return TemplateResponse(request, "admin/dashboard.html", context)

@@ -1,0 +1,357 @@
+"""Reads for the operator dashboard: task states, dead letters, queues, workers, the sweeper, operator actions.
+
+Each figure is one aggregate query bounded by a time window or by DLQ status,
+on an indexed column, so the page costs the same few queries whether the
+tables hold a hundred rows or millions. Redis figures degrade to
+"unavailable" rather than failing the page.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.db.models import Count, Max, Min, QuerySet
+from django.db.models.functions import TruncHour
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import avoid_wrapping
+from django.utils.timesince import timesince
+from django.utils.translation import ngettext
+from redis.exceptions import RedisError
+from rq import Worker
+
+from dlq.actions import ACTIONS
+from dlq.models import AuditEntry, AuditOutcome, DLQItem, DLQStatus
+from tasks.delivery import get_queue
+from tasks.models import SweeperHeartbeat, Task, TaskState
+
+logger = logging.getLogger(__name__)
+
+# Task states and operator actions are counted over this recent window.
+RECENT_WINDOW = dt.timedelta(hours=24)
+# Seven days of hourly buckets for the DLQ growth chart.
+GROWTH_HOURS = 7 * 24
+TOP_PIPELINES = 10
+TOP_FAILURE_GROUPS = 10
+# The sweeper counts as stalled once it has missed this many sweeps in a row.
+SWEEPER_MISSED_SWEEPS = 3
+
+
+def age_text(*, since: dt.datetime, now: dt.datetime) -> str:
+    """How long ago ``since`` was, in its largest unit only: "40 seconds", "3 hours", "2 days"."""
+    seconds = max(0, int((now - since).total_seconds()))
+    if seconds < 60:
+        return avoid_wrapping(ngettext("%(count)d second", "%(count)d seconds", seconds) % {"count": seconds})
+    return timesince(since, now, depth=1)
+
+
+# --- tasks -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StateCount:
+    state: str
+    label: str
+    count: int
+
+
+@dataclass(frozen=True)
+class TaskStateCounts:
+    since: dt.datetime
+    counts: list[StateCount]  # every TaskState in declaration order, zeros included
+
+    @property
+    def total(self) -> int:
+        return sum(row.count for row in self.counts)
+
+
+def task_state_counts(*, now: dt.datetime) -> TaskStateCounts:
+    """Tasks created in the last 24 hours, per current state."""
+    since = now - RECENT_WINDOW
+    found = dict(Task.objects.filter(created_at__gte=since).order_by().values_list("state").annotate(count=Count("pk")))
+    counts = [StateCount(state=state.value, label=state.label, count=found.get(state.value, 0)) for state in TaskState]
+    return TaskStateCounts(since=since, counts=counts)
+
+
+# --- dead letters ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PipelineCount:
+    pipeline: str
+    count: int
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    fingerprint: str
+    pipeline: str
+    failing_step: str
+    error_code: str
+    count: int
+    first_seen: dt.datetime
+    last_seen: dt.datetime
+
+    @property
+    def changelist_url(self) -> str:
+        """The DLQ list filtered to this group."""
+        return f"{reverse('admin:dlq_dlqitem_changelist')}?{urlencode({'fingerprint': self.fingerprint})}"
+
+
+@dataclass(frozen=True)
+class OpenItems:
+    as_of: dt.datetime
+    total: int
+    oldest_created_at: dt.datetime | None
+    by_pipeline: list[PipelineCount]  # the largest first, at most TOP_PIPELINES
+    failure_groups: list[FailureGroup]  # the largest first, at most TOP_FAILURE_GROUPS
+
+    @property
+    def oldest_age(self) -> str:
+        return age_text(since=self.oldest_created_at, now=self.as_of) if self.oldest_created_at else ""
+
+    @property
+    def in_other_pipelines(self) -> int:
+        return self.total - sum(row.count for row in self.by_pipeline)
+
+
+def dlq_unresolved_groups() -> list[FailureGroup]:
+    """Every group of unresolved items sharing a fingerprint (pipeline:step:error code), in no particular order."""
+    # exclude(RESOLVED) rather than status IN (…): the same rows, but the
+    # predicate matches the partial indexes on unresolved items (the
+    # one-item-per-task constraint's, and any added for this page).
+    # Grouping on the fingerprint alone lets PostgreSQL estimate few groups and
+    # hash them in memory; the other columns follow from the fingerprint.
+    rows = (
+        DLQItem.objects.exclude(status=DLQStatus.RESOLVED)
+        .order_by()
+        .values_list("fingerprint")
+        .annotate(
+            Min("pipeline"),
+            Min("failing_step"),
+            Min("error_code"),
+            Count("pk"),
+            Min("created_at"),
+            Max("created_at"),
+        )
+    )
+    return [
+        FailureGroup(
+            fingerprint=fingerprint,
+            pipeline=pipeline,
+            failing_step=failing_step,
+            error_code=error_code,
+            count=count,
+            first_seen=first_seen,
+            last_seen=last_seen,
+        )
+        for fingerprint, pipeline, failing_step, error_code, count, first_seen, last_seen in rows
+    ]
+
+
+def dlq_open_items(
+    *, now: dt.datetime, top_pipelines: int = TOP_PIPELINES, top_groups: int = TOP_FAILURE_GROUPS
+) -> OpenItems:
+    """Unresolved DLQ items: how many, the oldest, and the pipelines and failure groups with the most.
+
+    One scan of the unresolved items, grouped by fingerprint; the totals are
+    summed from the groups (a few hundred rows, not one per item).
+    """
+    groups = dlq_unresolved_groups()
+    per_pipeline: dict[str, int] = {}
+    for group in groups:
+        per_pipeline[group.pipeline] = per_pipeline.get(group.pipeline, 0) + group.count
+    by_pipeline = sorted(per_pipeline.items(), key=lambda row: (-row[1], row[0]))[:top_pipelines]
+    largest_groups = sorted(groups, key=lambda g: (-g.count, -g.last_seen.timestamp(), g.fingerprint))[:top_groups]
+    return OpenItems(
+        as_of=now,
+        total=sum(group.count for group in groups),
+        oldest_created_at=min((group.first_seen for group in groups), default=None),
+        by_pipeline=[PipelineCount(pipeline=pipeline, count=count) for pipeline, count in by_pipeline],
+        failure_groups=largest_groups,
+    )
+
+
+@dataclass(frozen=True)
+class HourlyGrowth:
+    hours: list[dt.datetime]  # the start of each bucket, in UTC, oldest first
+    created: list[int]
+    resolved: list[int]
+
+    @property
+    def total_created(self) -> int:
+        return sum(self.created)
+
+    @property
+    def total_resolved(self) -> int:
+        return sum(self.resolved)
+
+
+def _count_per_hour(queryset: QuerySet, field: str) -> dict[dt.datetime, int]:
+    # Buckets are UTC hours whatever the active time zone: a zone with a
+    # half-hour offset or a DST change would otherwise make buckets that do
+    # not line up with the ones the caller lays out.
+    return dict(
+        queryset.annotate(hour=TruncHour(field, tzinfo=dt.UTC))
+        .order_by()
+        .values_list("hour")
+        .annotate(count=Count("pk"))
+    )
+
+
+def dlq_hourly_growth(*, now: dt.datetime, hours: int = GROWTH_HOURS) -> HourlyGrowth:
+    """DLQ items created and resolved per hour over the last ``hours`` hours, the current hour included."""
+    current_hour = now.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    start = current_hour - dt.timedelta(hours=hours - 1)
+    end = current_hour + dt.timedelta(hours=1)
+    buckets = [start + dt.timedelta(hours=offset) for offset in range(hours)]
+    created = _count_per_hour(DLQItem.objects.filter(created_at__gte=start, created_at__lt=end), "created_at")
+    resolved = _count_per_hour(DLQItem.objects.filter(resolved_at__gte=start, resolved_at__lt=end), "resolved_at")
+    return HourlyGrowth(
+        hours=buckets,
+        created=[created.get(hour, 0) for hour in buckets],
+        resolved=[resolved.get(hour, 0) for hour in buckets],
+    )
+
+
+# --- queue, workers, sweeper --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueFigures:
+    available: bool  # False when Redis could not be read: every figure below is then None
+    queued: int | None = None
+    scheduled: int | None = None
+    started: int | None = None
+    failed: int | None = None
+    workers: tuple[str, ...] | None = None
+
+    @property
+    def worker_count(self) -> int | None:
+        return None if self.workers is None else len(self.workers)
+
+
+def queue_figures() -> QueueFigures:
+    """Job counts of the engine's RQ queue and the names of live workers; ``available=False`` if Redis is down."""
+    queue = get_queue()
+    try:
+        # cleanup=False: counting must not change the queue (cleaning the
+        # started registry would retry or fail abandoned jobs); workers do that.
+        return QueueFigures(
+            available=True,
+            queued=queue.count,
+            scheduled=queue.scheduled_job_registry.get_job_count(cleanup=False),
+            started=queue.started_job_registry.get_job_count(cleanup=False),
+            failed=queue.failed_job_registry.get_job_count(cleanup=False),
+            workers=tuple(sorted(worker.name for worker in Worker.all(connection=queue.connection))),
+        )
+    except RedisError as exc:
+        logger.warning("dashboard redis unavailable", extra={"event": "dashboard_redis_unavailable", "error": str(exc)})
+        return QueueFigures(available=False)
+
+
+@dataclass(frozen=True)
+class SweeperStatus:
+    as_of: dt.datetime
+    last_run_at: dt.datetime | None  # the latest sweep of any sweeper process
+    stale_after: dt.timedelta
+
+    @property
+    def stale(self) -> bool:
+        return self.last_run_at is None or self.as_of - self.last_run_at > self.stale_after
+
+    @property
+    def age(self) -> str:
+        return age_text(since=self.last_run_at, now=self.as_of) if self.last_run_at else ""
+
+
+def sweeper_status(*, now: dt.datetime) -> SweeperStatus:
+    """When a sweeper last completed a sweep, and whether that is too long ago."""
+    # One row per sweeper process ever started: a small table, no window needed.
+    last_run_at = SweeperHeartbeat.objects.aggregate(last=Max("last_run_at"))["last"]
+    stale_after = dt.timedelta(seconds=SWEEPER_MISSED_SWEEPS * settings.RELIABILITY_SWEEP_INTERVAL_SECONDS)
+    return SweeperStatus(as_of=now, last_run_at=last_run_at, stale_after=stale_after)
+
+
+# --- operator actions --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActionOutcomeCounts:
+    action: str
+    label: str
+    counts: tuple[int, ...]  # aligned with OperatorActivity.outcomes
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts)
+
+
+@dataclass(frozen=True)
+class OperatorActivity:
+    since: dt.datetime
+    outcomes: tuple[tuple[str, str], ...]  # (value, label) of every AuditOutcome, the column order
+    rows: list[ActionOutcomeCounts]  # one per action seen in the window, by name
+
+    @property
+    def totals(self) -> tuple[int, ...]:
+        return tuple(sum(row.counts[column] for row in self.rows) for column in range(len(self.outcomes)))
+
+    @property
+    def total(self) -> int:
+        return sum(self.totals)
+
+
+def operator_activity(*, now: dt.datetime) -> OperatorActivity:
+    """Audited operator actions of the last 24 hours, per action and outcome."""
+    since = now - RECENT_WINDOW
+    counts: dict[str, dict[str, int]] = {}
+    for action, outcome, count in (
+        AuditEntry.objects.filter(created_at__gte=since)
+        .order_by()
+        .values_list("action", "outcome")
+        .annotate(count=Count("pk"))
+    ):
+        counts.setdefault(action, {})[outcome] = count
+    outcomes = tuple((outcome.value, outcome.label) for outcome in AuditOutcome)
+    rows = [
+        ActionOutcomeCounts(
+            action=action,
+            label=ACTIONS[action].label if action in ACTIONS else action,
+            counts=tuple(by_outcome.get(value, 0) for value, _label in outcomes),
+        )
+        for action, by_outcome in sorted(counts.items())
+    ]
+    return OperatorActivity(since=since, outcomes=outcomes, rows=rows)
+
+
+# --- the page ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    as_of: dt.datetime
+    task_states: TaskStateCounts
+    open_items: OpenItems
+    growth: HourlyGrowth
+    queue: QueueFigures
+    sweeper: SweeperStatus
+    operator_activity: OperatorActivity
+
+
+def dashboard_snapshot(*, now: dt.datetime | None = None) -> Dashboard:
+    """Every figure of the operator dashboard, as of ``now`` (default: the current time)."""
+    now = now or timezone.now()
+    return Dashboard(
+        as_of=now,
+        task_states=task_state_counts(now=now),
+        open_items=dlq_open_items(now=now),
+        growth=dlq_hourly_growth(now=now),
+        queue=queue_figures(),
+        sweeper=sweeper_status(now=now),
+        operator_activity=operator_activity(now=now),
+    )
