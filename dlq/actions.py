@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from dlq.audit import audit_denied, audit_record
@@ -121,22 +122,25 @@ def dlq_item_act(
         raise ActionDenied(f"you may not {spec.label.lower()}")
     reason = (reason or "").strip()
     if not reason:
-        raise ReasonRequired("give a reason: it goes into the audit log")
+        raise ReasonRequired(gettext("give a reason: it goes into the audit log"))
     if len(reason) > MAX_REASON_LENGTH:
-        raise ReasonRequired(f"the reason must be at most {MAX_REASON_LENGTH} characters")
+        raise ReasonRequired(gettext("the reason must be at most %(n)d characters") % {"n": MAX_REASON_LENGTH})
     if action == "close" and resolution_code not in ResolutionCode.values:
-        raise ReasonRequired("choose a resolution code")
+        raise ReasonRequired(gettext("choose a resolution code"))
     try:
         with transaction.atomic():
             item = DLQItem.objects.select_for_update().filter(pk=item_id).first()
             if item is None:
-                raise ActionRefused("this dead letter no longer exists")
+                raise ActionRefused(gettext("this dead letter no longer exists"))
             task = Task.objects.select_for_update().get(pk=item.task_id)
             before = task.state
             if item.status == DLQStatus.RESOLVED:
-                raise ActionRefused("this dead letter was already resolved")
+                raise ActionRefused(gettext("this dead letter was already resolved"))
             if before not in spec.allowed_task_states:
-                raise ActionRefused(f"not possible while the task is {before}: someone may have acted first")
+                raise ActionRefused(
+                    gettext("not possible while the task is %(state)s: someone may have acted first")
+                    % {"state": before}
+                )
             after = _apply(action, item, task, reason, resolution_code)
             audit_record(
                 actor=actor_name,

@@ -25,6 +25,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.translation import gettext
 from redis.exceptions import RedisError
 
 from dlq.actions import ACTIONS, ActionDenied, ActionRefused, ReasonRequired, dlq_item_act
@@ -71,16 +72,16 @@ def bulk_operation_request(
             client_ip=client_ip,
             reason=reason,
         )
-        raise ActionDenied("you may not start this bulk action")
+        raise ActionDenied(gettext("you may not start this bulk action"))
     reason = (reason or "").strip()
     if not reason:
-        raise ReasonRequired("give a reason: it goes into the audit log")
+        raise ReasonRequired(gettext("give a reason: it goes into the audit log"))
     if action == "close" and resolution_code not in ResolutionCode.values:
-        raise ReasonRequired("choose a resolution code")
+        raise ReasonRequired(gettext("choose a resolution code"))
     if not item_ids:
-        raise BulkRefused("no items match this filter")
+        raise BulkRefused(gettext("no items match this filter"))
     if len(item_ids) > MAX_ITEMS:
-        raise BulkRefused(f"at most {MAX_ITEMS} items per bulk action; narrow the filter")
+        raise BulkRefused(gettext("at most %(n)d items per bulk action; narrow the filter") % {"n": MAX_ITEMS})
     needs_approval = len(item_ids) > settings.RELIABILITY_BULK_APPROVAL_THRESHOLD
     with transaction.atomic():
         operation = BulkOperation.objects.create(
@@ -114,17 +115,19 @@ def bulk_operation_approve(*, actor, operation_id: int, client_ip: str | None = 
             target_id=str(operation_id),
             client_ip=client_ip,
         )
-        raise ActionDenied("you may not approve bulk actions")
+        raise ActionDenied(gettext("you may not approve bulk actions"))
     requested = BulkOperation.objects.filter(pk=operation_id).first()
     if requested is None:
-        raise BulkRefused("no such bulk action")
+        raise BulkRefused(gettext("no such bulk action"))
     if requested.requested_by == username:
         _audit(requested, username, "bulk_approve", requested.status, requested.status, "", client_ip, refused=True)
-        raise BulkRefused("the requester cannot approve their own bulk action")
+        raise BulkRefused(gettext("the requester cannot approve their own bulk action"))
     with transaction.atomic():
         operation = BulkOperation.objects.select_for_update().get(pk=operation_id)
         if operation.status != BulkStatus.AWAITING_APPROVAL:
-            raise BulkRefused(f"this bulk action is {operation.status}, not awaiting approval")
+            raise BulkRefused(
+                gettext("this bulk action is %(status)s, not awaiting approval") % {"status": operation.status}
+            )
         before = operation.status
         operation.status = BulkStatus.RUNNING
         operation.approved_by = username
@@ -154,12 +157,15 @@ def bulk_operation_control(*, actor, operation_id: int, command: str, client_ip:
             target_id=str(operation_id),
             client_ip=client_ip,
         )
-        raise ActionDenied("you may not control bulk actions")
+        raise ActionDenied(gettext("you may not control bulk actions"))
     sources, target = TRANSITIONS[command]
     with transaction.atomic():
         operation = BulkOperation.objects.select_for_update().get(pk=operation_id)
         if operation.status not in sources:
-            raise BulkRefused(f"cannot {command} a bulk action that is {operation.status}")
+            raise BulkRefused(
+                gettext("cannot %(command)s a bulk action that is %(status)s")
+                % {"command": command, "status": operation.status}
+            )
         before = operation.status
         operation.status = target
         if target == BulkStatus.CANCELLED:

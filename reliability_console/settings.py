@@ -84,6 +84,10 @@ DATABASES = {"default": database_config(env.str("DATABASE_URL"), VAR_DIR)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = env.str("LANGUAGE_CODE", "en")
+# The console speaks English and Simplified Chinese; LocaleMiddleware picks by
+# the browser's Accept-Language, falling back to LANGUAGE_CODE.
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True

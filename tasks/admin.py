@@ -23,6 +23,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from dlq.models import AuditEntry
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
@@ -305,11 +306,15 @@ class ApiClientAdmin(admin.ModelAdmin):
     exclude = ("token_hash",)
     actions = ("revoke",)
 
-    @admin.action(description="Revoke the selected clients' tokens", permissions=["change"])
+    @admin.action(description=_("Revoke the selected clients' tokens"), permissions=["change"])
     def revoke(self, request, queryset):
         for client in queryset:
             api_client_revoke(name=client.name)
-        self.message_user(request, f"revoked {queryset.count()} client(s)", messages.SUCCESS)
+        self.message_user(
+            request,
+            ngettext("Revoked %(n)d client.", "Revoked %(n)d clients.", len(queryset)) % {"n": len(queryset)},
+            messages.SUCCESS,
+        )
 
     def has_add_permission(self, request) -> bool:
         return False  # tokens are shown once, by the command that creates them

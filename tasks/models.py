@@ -106,6 +106,8 @@ class Task(ConcurrentTransitionMixin, models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("task")
+        verbose_name_plural = _("tasks")
         ordering = ["-created_at"]
         indexes = [
             models.Index(fields=["idempotency_key"], name="task_idempotency_key_idx"),
@@ -316,6 +318,8 @@ class StepAttempt(models.Model):
     retry_after_seconds = models.FloatField(null=True, blank=True, help_text=_("Retry-After sent by the far side"))
 
     class Meta:
+        verbose_name = _("step attempt")
+        verbose_name_plural = _("step attempts")
         ordering = ["started_at", "id"]
         indexes = [
             models.Index(fields=["task", "kind", "step_index"], name="attempt_task_step_idx"),
@@ -342,6 +346,8 @@ class Checkpoint(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = _("checkpoint")
+        verbose_name_plural = _("checkpoints")
         ordering = ["step_index"]
         constraints = [models.UniqueConstraint(fields=["task", "step_index"], name="checkpoint_unique_step")]
 
@@ -369,6 +375,8 @@ class SideEffect(models.Model):
     compensated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("side effect")
+        verbose_name_plural = _("side-effect ledger")
         ordering = ["step_index", "id"]
         indexes = [models.Index(fields=["task", "generation", "step_index"], name="effect_task_step_idx")]
 

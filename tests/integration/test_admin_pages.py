@@ -50,7 +50,7 @@ def test_an_api_client_can_be_revoked_from_the_admin(staff_client):
     response = staff_client.post(
         "/admin/tasks/apiclient/", {"action": "revoke", "_selected_action": [client.pk]}, follow=True
     )
-    assert response.status_code == 200 and b"Revoked 1 client" in response.content
+    assert response.status_code == 200 and b"Revoked 1 client." in response.content
     assert api_client_authenticate(token=token) is None
     page = staff_client.get(f"/admin/tasks/apiclient/{client.pk}/change/").content.decode()
     assert client.token_hash not in page
