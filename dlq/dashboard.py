@@ -11,12 +11,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass
-from urllib.parse import urlencode
 
 from django.conf import settings
 from django.db.models import Count, Max, Min, QuerySet
 from django.db.models.functions import TruncHour
-from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import avoid_wrapping
 from django.utils.timesince import timesince
@@ -26,6 +24,7 @@ from rq import Worker
 
 from dlq.actions import ACTIONS
 from dlq.models import AuditEntry, AuditOutcome, DLQItem, DLQStatus
+from dlq.selectors import FailureGroup
 from tasks.delivery import get_queue
 from tasks.models import SweeperHeartbeat, Task, TaskState
 
@@ -84,22 +83,6 @@ def task_state_counts(*, now: dt.datetime) -> TaskStateCounts:
 class PipelineCount:
     pipeline: str
     count: int
-
-
-@dataclass(frozen=True)
-class FailureGroup:
-    fingerprint: str
-    pipeline: str
-    failing_step: str
-    error_code: str
-    count: int
-    first_seen: dt.datetime
-    last_seen: dt.datetime
-
-    @property
-    def changelist_url(self) -> str:
-        """The DLQ list filtered to this group."""
-        return f"{reverse('admin:dlq_dlqitem_changelist')}?{urlencode({'fingerprint': self.fingerprint})}"
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlencode
 
 from django.db.models import Count, Max, Min, QuerySet
+from django.urls import reverse
 from django.utils.translation import gettext as _
 
 from dlq.models import AuditEntry, DLQItem
@@ -27,6 +29,11 @@ class FailureGroup:
     count: int
     first_seen: object
     last_seen: object
+
+    @property
+    def changelist_url(self) -> str:
+        """The DLQ list filtered to this group."""
+        return f"{reverse('admin:dlq_dlqitem_changelist')}?{urlencode({'fingerprint': self.fingerprint})}"
 
 
 def failure_groups(*, items: QuerySet[DLQItem], limit: int = GROUP_LIMIT) -> list[FailureGroup]:
