@@ -119,7 +119,7 @@ def dlq_item_act(
             client_ip=client_ip,
             reason=reason,
         )
-        raise ActionDenied(f"you may not {spec.label.lower()}")
+        raise ActionDenied(gettext("you may not do this: %(action)s") % {"action": spec.label})
     reason = (reason or "").strip()
     if not reason:
         raise ReasonRequired(gettext("give a reason: it goes into the audit log"))
@@ -139,7 +139,7 @@ def dlq_item_act(
             if before not in spec.allowed_task_states:
                 raise ActionRefused(
                     gettext("not possible while the task is %(state)s: someone may have acted first")
-                    % {"state": before}
+                    % {"state": TaskState(before).label}
                 )
             after = _apply(action, item, task, reason, resolution_code)
             audit_record(

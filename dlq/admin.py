@@ -34,6 +34,7 @@ from dlq.models import AuditEntry, BulkOperation, BulkStatus, DLQItem, DLQStatus
 from dlq.selectors import GROUP_SCAN_LIMIT, audit_entries_for_item, failure_groups, retry_preview
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
 from reliability_console.paginator import CappedCountPaginator
+from tasks.models import TaskState
 from tasks.redaction import redact
 
 # Selected-rows actions run at once; more than this must go through "bulk by filter".
@@ -259,7 +260,11 @@ class DLQItemAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 self.message_user(
                     request,
                     _("%(action)s done: task %(before)s → %(after)s.")
-                    % {"action": spec.label, "before": result.state_before, "after": result.state_after},
+                    % {
+                        "action": spec.label,
+                        "before": TaskState(result.state_before).label,
+                        "after": TaskState(result.state_after).label,
+                    },
                     messages.SUCCESS,
                 )
                 return HttpResponseRedirect(item_url)
