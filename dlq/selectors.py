@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC
 from urllib.parse import urlencode
 
-from django.db.models import Count, Max, Min, QuerySet
+from django.db import connections
+from django.db.models import Count, QuerySet
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from dlq.models import AuditEntry, DLQItem
@@ -38,14 +41,42 @@ class FailureGroup:
 
 def failure_groups(*, items: QuerySet[DLQItem], limit: int = GROUP_LIMIT) -> list[FailureGroup]:
     """The largest groups (pipeline + step + error code) among ``items``, with counts and first/last seen."""
-    newest = items.order_by("-created_at").values("pk")[:GROUP_SCAN_LIMIT]
-    rows = (
-        DLQItem.objects.filter(pk__in=newest)
-        .values("fingerprint", "pipeline", "failing_step", "error_code")
-        .annotate(count=Count("id"), first_seen=Min("created_at"), last_seen=Max("created_at"))
-        .order_by("-count", "fingerprint")[:limit]
-    )
-    return [FailureGroup(**row) for row in rows]
+    # Aggregate straight over the limited subquery: "pk IN (subquery)" makes
+    # PostgreSQL hash-join against the whole table instead.
+    newest = items.order_by("-created_at").values(
+        "fingerprint", "pipeline", "failing_step", "error_code", "created_at"
+    )[:GROUP_SCAN_LIMIT]
+    sql, params = newest.query.sql_with_params()
+    with connections[newest.db].cursor() as cursor:
+        cursor.execute(
+            "SELECT fingerprint, pipeline, failing_step, error_code, COUNT(*), MIN(created_at), MAX(created_at)"
+            f" FROM ({sql}) AS newest GROUP BY 1, 2, 3, 4 ORDER BY 5 DESC, 1 LIMIT %s",
+            [*params, limit],
+        )
+        rows = cursor.fetchall()
+    return [
+        FailureGroup(
+            fingerprint=row[0],
+            pipeline=row[1],
+            failing_step=row[2],
+            error_code=row[3],
+            count=row[4],
+            first_seen=_aware(row[5]),
+            last_seen=_aware(row[6]),
+        )
+        for row in rows
+    ]
+
+
+def _aware(value):
+    # Raw SQL on SQLite returns text or naive datetimes; PostgreSQL returns aware ones.
+    if isinstance(value, str):
+        from django.utils.dateparse import parse_datetime
+
+        value = parse_datetime(value)
+    if value is not None and timezone.is_naive(value):
+        value = timezone.make_aware(value, UTC)
+    return value
 
 
 @dataclass(frozen=True)

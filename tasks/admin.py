@@ -17,7 +17,6 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
-from django.db import connections, router
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.html import format_html
@@ -26,7 +25,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from dlq.models import AuditEntry
-from reliability_console.admin_mixins import ReadOnlyAdminMixin
+from reliability_console.admin_mixins import DistinctValueFilter, ReadOnlyAdminMixin
 from reliability_console.exceptions import UnknownPipeline
 from reliability_console.paginator import CappedCountPaginator
 from tasks import registry
@@ -40,7 +39,6 @@ LIST_COLUMNS = ("id", "pipeline", "state", "current_step", "total_steps", "failu
 # Shorter search terms would match through a trigram index poorly (pg_trgm needs 3 characters).
 MIN_MESSAGE_SEARCH_LENGTH = 3
 # A filter offers at most this many distinct pipelines or steps.
-MAX_FILTER_CHOICES = 200
 # Bounds on one task page; a task reaching them is cut, with a note, rather than making the page slow.
 MAX_TIMELINE_ROWS = 1000
 MAX_AUDIT_ROWS = 200
@@ -54,29 +52,6 @@ AGE_WINDOWS = {
 OLDER_THAN_7_DAYS = "older_7d"
 
 
-def _distinct_values(column: str) -> list[str]:
-    """The distinct non-empty values of an indexed task column, in order.
-
-    A loose index scan (one index probe per distinct value) instead of
-    ``SELECT DISTINCT``, which reads the whole table: millions of tasks share
-    a few pipelines and steps.
-    """
-    connection = connections[router.db_for_read(Task)]
-    quote = connection.ops.quote_name
-    table, field = quote(Task._meta.db_table), quote(Task._meta.get_field(column).column)
-    sql = (
-        f"WITH RECURSIVE found(value) AS ("
-        f" SELECT MIN({field}) FROM {table} WHERE {field} > %s"
-        f" UNION ALL"
-        f" SELECT (SELECT MIN({field}) FROM {table} WHERE {field} > found.value) FROM found"
-        f" WHERE found.value IS NOT NULL"
-        f") SELECT value FROM found WHERE value IS NOT NULL LIMIT %s"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, ["", MAX_FILTER_CHOICES])
-        return [row[0] for row in cursor.fetchall()]
-
-
 class StateFilter(admin.SimpleListFilter):
     title = _("state")
     parameter_name = "state"
@@ -87,18 +62,6 @@ class StateFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         if self.value() in TaskState.values:
             return queryset.filter(state=self.value())
-        return queryset
-
-
-class DistinctValueFilter(admin.SimpleListFilter):
-    """A filter on an indexed text column whose choices are the values present in the table."""
-
-    def lookups(self, request, model_admin):
-        return [(value, value) for value in _distinct_values(self.parameter_name)]
-
-    def queryset(self, request, queryset):
-        if self.value():
-            return queryset.filter(**{self.parameter_name: self.value()})
         return queryset
 
 
