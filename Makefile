@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Tests run against PostgreSQL (pytest-django creates and drops test_<name>).
 TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/reliability_console
 
-.PHONY: run test lint format install clean
+.PHONY: run test bench lint format install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ run: install
 
 test: install lint
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python scripts/bench_console.py $(BENCH_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

@@ -7,7 +7,8 @@ take minutes, not hours.
 Every value of a row is a pure function of its ordinal and ``--seed`` (hashes,
 not ``random()``): the task insert, the DLQ insert and the detail insert each
 recompute what they need about a task instead of reading it back, and two
-runs with the same arguments make the same data. The shape:
+runs into an empty database with the same arguments make the same rows (their
+times count back from the moment of the run). The shape:
 
 - six pipelines; task creation times spread evenly over the last 30 days, in
   insertion order (as a live table grows), the newest few in flight;
@@ -28,6 +29,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
@@ -169,17 +171,13 @@ RESOLUTION_NOTES = {
 FAILURE_STATES = ("failed", "compensating", "compensated", "compensation_failed")
 
 
-class SeedRefused(CommandError):
-    """The arguments or the database do not allow seeding."""
-
-
 @dataclass(frozen=True)
 class SeedPlan:
     tasks: int
     dlq_items: int
     seed: int
     salt: str
-    now: object
+    now: datetime
 
     @property
     def dlq_tasks(self) -> int:
@@ -267,9 +265,9 @@ def _task_rows(plan: SeedPlan, source: str) -> str:
     """
     n, k, m = plan.tasks, plan.dlq_tasks, plan.dlq_items
 
-    def u(key: int, ordinal: str = "i") -> str:
+    def u(key: int) -> str:
         # A uniform number in [0, 1) per (ordinal, key): the same in every statement of a run.
-        return f"((hashint8extended({ordinal}, {plan.seed * 64 + key}) & 2147483647)::float8 / 2147483648.0)"
+        return f"((hashint8extended(i, {plan.seed * 64 + key}) & 2147483647)::float8 / 2147483648.0)"
 
     def number(key: int) -> str:
         return f"(hashint8extended(i, {plan.seed * 64 + key}) & 1048575)"
@@ -511,9 +509,9 @@ def _positive(name: str, value) -> int:
     try:
         number = int(str(value).replace("_", "").replace(",", ""))
     except ValueError:
-        raise SeedRefused(f"{name} must be a positive integer, not {value!r}") from None
+        raise CommandError(f"{name} must be a positive integer, not {value!r}") from None
     if number < 1:
-        raise SeedRefused(f"{name} must be a positive integer, not {value!r}")
+        raise CommandError(f"{name} must be a positive integer, not {value!r}")
     return number
 
 
@@ -528,7 +526,7 @@ def _in_batches(cursor, sql: str, params: dict, *, total: int, batch: int, what:
     for first in range(0, total, batch):
         last = min(first + batch, total) - 1
         cursor.execute(sql, {**params, "first": first, "last": last})
-        elapsed = time.monotonic() - started
+        elapsed = max(time.monotonic() - started, 1e-6)
         done = last + 1
         progress(f"{what}: {done:,}/{total:,} ({100 * done // total}%) in {elapsed:.0f}s ({done / elapsed:,.0f}/s)")
 
@@ -544,13 +542,13 @@ def scale_data_seed(
 ) -> dict[str, int]:
     """Insert ``tasks`` tasks and ``dlq_items`` DLQ items (plus a few tasks' details); return rows per table."""
     if connection.vendor != "postgresql":
-        raise SeedRefused(f"seed_scale_data needs PostgreSQL; this database is {connection.vendor}")
+        raise CommandError(f"seed_scale_data needs PostgreSQL; this database is {connection.vendor}")
     started = time.monotonic()
     with connection.cursor() as cursor:
         existing = {table: _existing_rows(cursor, table) for table in ("tasks_task", "dlq_dlqitem")}
         crowded = [table for table, count in existing.items() if count > EXISTING_ROWS_LIMIT]
         if crowded and not force:
-            raise SeedRefused(
+            raise CommandError(
                 f"{', '.join(crowded)} already hold more than {EXISTING_ROWS_LIMIT:,} rows; "
                 f"use --force to add more, or seed an empty database"
             )
