@@ -7,7 +7,6 @@ render; the rules live in dlq.actions and dlq.bulk.
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
@@ -17,7 +16,6 @@ from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
@@ -43,7 +41,7 @@ from dlq.models import (
     ResolutionCode,
 )
 from dlq.selectors import GROUP_SCAN_LIMIT, audit_entries_for_item, failure_groups, retry_preview
-from reliability_console.admin_mixins import DistinctValueFilter, ReadOnlyAdminMixin
+from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, ReadOnlyAdminMixin
 from reliability_console.paginator import CappedCountPaginator
 from tasks.models import TaskState
 from tasks.redaction import redact
@@ -55,28 +53,6 @@ FILTER_PARAMS_IGNORED = ("p", "o", "_changelist_filters")
 
 def client_ip(request) -> str | None:
     return request.META.get("REMOTE_ADDR") or None
-
-
-class AgeFilter(admin.SimpleListFilter):
-    title = _("age")
-    parameter_name = "age"
-
-    def lookups(self, request, model_admin):
-        return [
-            ("1h", _("last hour")),
-            ("24h", _("last 24 hours")),
-            ("7d", _("last 7 days")),
-            ("older", _("older than 7 days")),
-        ]
-
-    def queryset(self, request, queryset):
-        now = timezone.now()
-        windows = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
-        if self.value() in windows:
-            return queryset.filter(created_at__gte=now - windows[self.value()])
-        if self.value() == "older":
-            return queryset.filter(created_at__lt=now - timedelta(days=7))
-        return queryset
 
 
 class PipelineFilter(DistinctValueFilter):
@@ -300,21 +276,15 @@ class DLQItemAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     messages.SUCCESS,
                 )
                 return HttpResponseRedirect(item_url)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": spec.label,
-            "opts": self.model._meta,
-            "action": action,
-            "spec": spec,
-            "items": [item],
-            "preview": retry_preview(item=item, action=action) if action.startswith("retry") else None,
-            "available": action_available(item=item, action=action),
-            "resolution_codes": ResolutionCode.choices,
-            "error": error,
-            "reason": request.POST.get("reason", ""),
-            "cancel_url": item_url,
-        }
-        return TemplateResponse(request, "admin/dlq/dlqitem/confirm_action.html", context, status=400 if error else 200)
+        return self._confirm_page(
+            request,
+            spec,
+            items=[item],
+            error=error,
+            cancel_url=item_url,
+            preview=retry_preview(item=item, action=action) if action.startswith("retry") else None,
+            available=action_available(item=item, action=action),
+        )
 
     def selected_view(self, request, action):
         """Confirm and apply an action to the selected items, counting what succeeded and what was refused."""
@@ -359,21 +329,7 @@ class DLQItemAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     level,
                 )
                 return HttpResponseRedirect(changelist_url)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": spec.label,
-            "opts": self.model._meta,
-            "action": action,
-            "spec": spec,
-            "items": items,
-            "preview": None,
-            "available": True,
-            "resolution_codes": ResolutionCode.choices,
-            "error": error,
-            "reason": request.POST.get("reason", ""),
-            "cancel_url": changelist_url,
-        }
-        return TemplateResponse(request, "admin/dlq/dlqitem/confirm_action.html", context, status=400 if error else 200)
+        return self._confirm_page(request, spec, items=items, error=error, cancel_url=changelist_url)
 
     def bulk_filter_view(self, request, action):
         """Act on every item matching the list's current filter, in the background."""
@@ -405,23 +361,36 @@ class DLQItemAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                     note = _("It started with a canary batch of %(n)d items.") % {"n": operation.canary_size}
                 self.message_user(request, _("Bulk action #%(id)d created. ") % {"id": operation.pk} + note)
                 return HttpResponseRedirect(reverse("admin:dlq_bulkoperation_change", args=[operation.pk]))
+        return self._confirm_page(
+            request,
+            spec,
+            items=list(matching.select_related("task")[:20]),
+            error=error,
+            cancel_url=f"{reverse('admin:dlq_dlqitem_changelist')}?{_filter_query(request)}",
+            title=_("%(action)s: every matching item") % {"action": spec.label},
+            matching_count=matching[:100_001].count(),
+            bulk=True,
+        )
+
+    def _confirm_page(self, request, spec, *, items, error, cancel_url, **extra):
+        """GET (or a refused POST): what will happen, and the reason form. 400 when the form was wrong."""
         context = {
             **self.admin_site.each_context(request),
-            "title": _("%(action)s: every matching item") % {"action": spec.label},
+            "title": spec.label,
             "opts": self.model._meta,
-            "action": action,
+            "action": spec.name,
             "spec": spec,
-            "items": list(matching.select_related("task")[:20]),
-            "matching_count": matching[:100_001].count(),
-            "bulk": True,
+            "items": items,
             "preview": None,
             "available": True,
             "resolution_codes": ResolutionCode.choices,
             "error": error,
             "reason": request.POST.get("reason", ""),
-            "cancel_url": f"{reverse('admin:dlq_dlqitem_changelist')}?{_filter_query(request)}",
+            "cancel_url": cancel_url,
+            **extra,
         }
-        return TemplateResponse(request, "admin/dlq/dlqitem/confirm_action.html", context, status=400 if error else 200)
+        template = "admin/dlq/dlqitem/confirm_action.html"
+        return TemplateResponse(request, template, context, status=400 if error else 200)
 
     def _changelist_for_query(self, request):
         # Rebuild the list's own filtering (filters and search) from the query string.

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib import admin
 from django.db import connections, router
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 MAX_FILTER_CHOICES = 200
 
@@ -54,3 +58,31 @@ class ReadOnlyAdminMixin:
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+AGE_WINDOWS = {
+    "1h": (_("Last hour"), timedelta(hours=1)),
+    "24h": (_("Last 24 hours"), timedelta(hours=24)),
+    "7d": (_("Last 7 days"), timedelta(days=7)),
+}
+OLDER_THAN_7_DAYS = "older_7d"
+
+
+class AgeFilter(admin.SimpleListFilter):
+    """Filter by ``created_at``: recent windows (index range scans) or older than a week."""
+
+    title = _("age")
+    parameter_name = "age"
+
+    def lookups(self, request, model_admin):
+        return [(key, label) for key, (label, _window) in AGE_WINDOWS.items()] + [
+            (OLDER_THAN_7_DAYS, _("Older than 7 days"))
+        ]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value in AGE_WINDOWS:
+            return queryset.filter(created_at__gte=timezone.now() - AGE_WINDOWS[value][1])
+        if value == OLDER_THAN_7_DAYS:
+            return queryset.filter(created_at__lt=timezone.now() - timedelta(days=7))
+        return queryset

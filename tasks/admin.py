@@ -12,20 +12,18 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import F, Q
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from dlq.models import AuditEntry
-from reliability_console.admin_mixins import DistinctValueFilter, ReadOnlyAdminMixin
+from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, ReadOnlyAdminMixin
 from reliability_console.exceptions import UnknownPipeline
 from reliability_console.paginator import CappedCountPaginator
 from tasks import registry
@@ -43,13 +41,6 @@ MIN_MESSAGE_SEARCH_LENGTH = 3
 MAX_TIMELINE_ROWS = 1000
 MAX_AUDIT_ROWS = 200
 MAX_JSON_CHARACTERS = 20_000
-
-AGE_WINDOWS = {
-    "1h": (_("Last hour"), timedelta(hours=1)),
-    "24h": (_("Last 24 hours"), timedelta(hours=24)),
-    "7d": (_("Last 7 days"), timedelta(days=7)),
-}
-OLDER_THAN_7_DAYS = "older_7d"
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -73,24 +64,6 @@ class PipelineFilter(DistinctValueFilter):
 class FailedStepFilter(DistinctValueFilter):
     title = _("failing step")
     parameter_name = "failed_step"
-
-
-class AgeFilter(admin.SimpleListFilter):
-    title = _("age")
-    parameter_name = "age"
-
-    def lookups(self, request, model_admin):
-        return [(key, label) for key, (label, _window) in AGE_WINDOWS.items()] + [
-            (OLDER_THAN_7_DAYS, _("Older than 7 days"))
-        ]
-
-    def queryset(self, request, queryset):
-        value = self.value()
-        if value in AGE_WINDOWS:
-            return queryset.filter(created_at__gte=timezone.now() - AGE_WINDOWS[value][1])
-        if value == OLDER_THAN_7_DAYS:
-            return queryset.filter(created_at__lt=timezone.now() - timedelta(days=7))
-        return queryset
 
 
 class TaskChangeList(ChangeList):
