@@ -24,6 +24,7 @@ from dlq.roles import roles_setup
 from tasks.models import Task
 from tasks.runner import task_run
 from tasks.services import task_submit
+from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -375,3 +376,25 @@ def test_login_attempts_are_throttled(client, users):
     locked = client.post("/admin/login/?next=/admin/", {"username": "operator1", "password": "x-test-only"})
     assert locked.status_code in (403, 429)
     assert "_auth_user_id" not in client.session
+
+
+def test_a_bulk_action_runs_in_the_background_on_a_real_worker(users, start_workers, client):
+    items = [parked_item() for _ in range(4)]
+    operation = bulk_operation_request(
+        actor=fresh(users["supervisor"]),
+        action="close",
+        item_ids=[i.pk for i in items],
+        filter_query="pipeline=t_parked",
+        reason="noise",
+        resolution_code="ignored",
+    )
+    start_workers(1)
+    wait_for(
+        lambda: BulkOperation.objects.get(pk=operation.pk).status == BulkStatus.COMPLETED,
+        timeout=60,
+        message="the bulk action to complete",
+    )
+    assert all(DLQItem.objects.get(pk=i.pk).status == DLQStatus.RESOLVED for i in items)
+    client.force_login(users["viewer"])
+    page = client.get(f"/admin/dlq/bulkoperation/{operation.pk}/change/").content.decode()
+    assert "4 of 4 processed" in page and 'class="bulk-pause"' not in page
