@@ -15,7 +15,7 @@ import traceback
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from reliability_console.exceptions import LeaseLost, PermanentError, StepTimeout, UnknownPipeline
@@ -128,7 +128,9 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
                 used_keys=ctx.used_keys,
                 is_last=is_last,
             )
-    except LeaseLost:
+    except (LeaseLost, OperationalError, InterfaceError):
+        # A lost lease, or the database gone mid-write: nothing can be recorded
+        # now. The lease expires and the sweeper re-queues the task.
         raise
     except (Exception, StepTimeout) as exc:
         error = classify(exc, policy.transient_errors)
