@@ -333,3 +333,26 @@ def test_a_step_longer_than_the_lease_keeps_its_lease_by_heartbeat(start_workers
     assert task.state == "succeeded", pool.logs()
     assert task.crash_count == 0
     assert StepAttempt.objects.filter(task=task).count() == 1
+
+
+def test_a_worker_whose_database_connection_is_killed_mid_step_recovers(platform, start_workers, start_sweeper):
+    from django.db import connection
+
+    platform.set_faults(rules=[{"path_prefix": "/v1/reports", "user_id": "pat", "slow": 1.5, "times": 1}])
+    pool = start_workers(1)
+    start_sweeper()
+    task = task_submit(pipeline="report", input={"user_id": "pat", "topic": "db blip"})
+    wait_for(
+        lambda: any(c["kind"] == "report" for c in platform.calls(task_id=str(task.pk))),
+        timeout=30,
+        message="step 2 in flight",
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        assert cursor.fetchone()[0] >= 1
+    task = wait_terminal(task, timeout=60, pool=pool)
+    assert task.state == "succeeded", pool.logs()
+    assert effects(platform, task) == Counter({kind: 1 for kind in EFFECT_KINDS})
