@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from dlq import metrics
 from dlq.audit import audit_denied, audit_record
 from dlq.models import AuditOutcome, DLQItem, DLQStatus, ResolutionCode
 from reliability_console.exceptions import ReliabilityError
@@ -188,4 +189,5 @@ def _apply(action: str, item: DLQItem, task: Task, reason: str, resolution_code:
     item.resolved_at = timezone.now()
     item.save(update_fields=["status", "resolution_code", "resolution_note", "resolved_at", "updated_at"])
     Task.objects.filter(pk=task.pk).update(in_dlq=False)
+    metrics.dlq_item_resolved(pipeline=item.pipeline, resolution=resolution_code)
     return task.state

@@ -564,6 +564,11 @@ class AlertChannelAdmin(admin.ModelAdmin):
     readonly_fields = ("consecutive_failures", "total_failures", "last_error", "last_failure_at", "last_success_at")
     fields = ("name", "kind", "enabled", "url", "secret", "email_to", *readonly_fields)
 
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if db_field.name == "url":
+            kwargs["assume_scheme"] = "https"  # Django 6's default, stated now
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
     @admin.display(description=_("health"))
     def health(self, obj):
         if obj.consecutive_failures:

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 from rq import Worker
 
 from dlq.actions import ACTIONS
-from dlq.models import AuditEntry, AuditOutcome, DLQItem, DLQStatus
+from dlq.models import AlertEvent, AlertRule, AlertState, AuditEntry, AuditOutcome, DLQItem, DLQStatus
 from dlq.selectors import FailureGroup
 from tasks.delivery import get_queue
 from tasks.models import SweeperHeartbeat, Task, TaskState
@@ -312,6 +312,29 @@ def operator_activity(*, now: dt.datetime) -> OperatorActivity:
     return OperatorActivity(since=since, outcomes=outcomes, rows=rows)
 
 
+# --- alerts ---------------------------------------------------------------------------
+
+RECENT_ALERT_EVENTS = 10
+
+
+@dataclass(frozen=True)
+class AlertsOverview:
+    rules: int  # enabled rules
+    firing: list[AlertRule]
+    recent_events: list[AlertEvent]
+
+
+def alerts_overview() -> AlertsOverview:
+    """Firing rules and the latest alert events (small tables; the newest events via their index)."""
+    rules = list(AlertRule.objects.filter(enabled=True))  # a handful of rows
+    firing = sorted((rule for rule in rules if rule.state == AlertState.FIRING), key=lambda rule: rule.firing_since)
+    return AlertsOverview(
+        rules=len(rules),
+        firing=firing,
+        recent_events=list(AlertEvent.objects.select_related("rule")[:RECENT_ALERT_EVENTS]),
+    )
+
+
 # --- the page ------------------------------------------------------------------------
 
 
@@ -324,6 +347,7 @@ class Dashboard:
     queue: QueueFigures
     sweeper: SweeperStatus
     operator_activity: OperatorActivity
+    alerts: AlertsOverview
 
 
 def dashboard_snapshot(*, now: dt.datetime | None = None) -> Dashboard:
@@ -337,4 +361,5 @@ def dashboard_snapshot(*, now: dt.datetime | None = None) -> Dashboard:
         queue=queue_figures(),
         sweeper=sweeper_status(now=now),
         operator_activity=operator_activity(now=now),
+        alerts=alerts_overview(),
     )

@@ -13,6 +13,10 @@ VIEW = [
     "dlq.view_dlqitem",
     "dlq.view_auditentry",
     "dlq.view_bulkoperation",
+    "dlq.view_alertrule",
+    "dlq.view_alertchannel",
+    "dlq.view_alertevent",
+    "dlq.view_alertdelivery",
 ]
 OPERATE = ["dlq.retry_dlqitem", "dlq.close_dlqitem"]
 SUPERVISE = [
@@ -22,6 +26,11 @@ SUPERVISE = [
     "dlq.approve_bulk_dlqitem",
     "tasks.view_apiclient",
     "tasks.change_apiclient",
+    # Alert rules and channels are configuration: supervisors edit them.
+    "dlq.add_alertrule",
+    "dlq.change_alertrule",
+    "dlq.add_alertchannel",
+    "dlq.change_alertchannel",
 ]
 
 ROLES: dict[str, list[str]] = {

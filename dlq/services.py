@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
+from dlq import metrics
 from dlq.models import UNRESOLVED_STATUSES, DLQItem, DLQStatus
 from tasks.redaction import redact
 
@@ -66,6 +67,7 @@ def dlq_item_open(
             setattr(existing, field, value)
         existing.save()
         return existing
+    metrics.dlq_item_created(pipeline=task.pipeline, reason=reason_code, step=failing_step, error_code=error_code)
     return DLQItem.objects.create(task=task, **values)
 
 

@@ -56,3 +56,21 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "growth_chart": growth_chart(snapshot.growth),
     }
     return TemplateResponse(request, "admin/dashboard.html", context)
+
+
+@never_cache
+def metrics(request: HttpRequest) -> HttpResponse:
+    """The Prometheus scrape endpoint (token and/or network protected; see dlq.metrics_export)."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    from dlq.metrics_export import metrics_access, metrics_render
+
+    status, reason = metrics_access(
+        authorization=request.headers.get("Authorization", ""), remote_addr=request.META.get("REMOTE_ADDR", "")
+    )
+    if status != 200:
+        response = HttpResponse(reason + "\n", status=status, content_type="text/plain; charset=utf-8")
+        if status == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    return HttpResponse(metrics_render(), content_type=CONTENT_TYPE_LATEST)

@@ -133,3 +133,30 @@ def redact_url(url: str) -> str:
         netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@")
         return parsed._replace(netloc=netloc).geturl()
     return url
+
+
+def validate_networks(name: str, values: list[str]) -> list:
+    """Parse CIDRs (``10.0.0.0/8``, ``127.0.0.1``) or fail with the offending entry."""
+    import ipaddress
+
+    networks = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(value, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {value!r} is not an IP network (use CIDR, e.g. 10.0.0.0/8)") from None
+    return networks
+
+
+def validate_directory(name: str, path: str) -> str:
+    """Create ``path`` if needed and make sure this process can write there."""
+    if not path:
+        return ""
+    directory = Path(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImproperlyConfigured(f"{name}={path!r}: cannot create the directory: {exc}") from None
+    if not os.access(directory, os.W_OK):
+        raise ImproperlyConfigured(f"{name}={path!r} is not writable")
+    return str(directory)

@@ -9,7 +9,9 @@ from django.core.exceptions import ImproperlyConfigured
 from reliability_console.config import (
     Env,
     database_config,
+    validate_directory,
     validate_http_url,
+    validate_networks,
     validate_redis_url,
 )
 
@@ -153,6 +155,38 @@ RELIABILITY_BULK_CANARY_MAX_FAILURE_RATE = env.number(
 RELIABILITY_BULK_RATE_PER_SECOND = env.number("RELIABILITY_BULK_RATE_PER_SECOND", 5, minimum=0.01)
 # Resolved DLQ items older than this many days are purged; 0 keeps them forever.
 RELIABILITY_DLQ_RETENTION_DAYS = env.integer("RELIABILITY_DLQ_RETENTION_DAYS", 0, minimum=0)
+
+# --- Alerts and metrics ----------------------------------------------------------------
+RELIABILITY_ALERT_INTERVAL_SECONDS = env.number("RELIABILITY_ALERT_INTERVAL_SECONDS", 60, minimum=1)
+# Where operators open the console: links in notifications point here.
+RELIABILITY_CONSOLE_URL = validate_http_url(
+    "RELIABILITY_CONSOLE_URL", env.str("RELIABILITY_CONSOLE_URL", "http://127.0.0.1:8000")
+)
+# /metrics answers only a scraper with this bearer token and/or from these networks;
+# with neither configured it refuses everyone.
+RELIABILITY_METRICS_TOKEN = env.str("RELIABILITY_METRICS_TOKEN")
+RELIABILITY_METRICS_ALLOWED_NETWORKS = validate_networks(
+    "RELIABILITY_METRICS_ALLOWED_NETWORKS", env.list("RELIABILITY_METRICS_ALLOWED_NETWORKS", [])
+)
+# prometheus-client's multiprocess mode: every process of this host (gunicorn,
+# workers, the sweeper) must start with the same directory in its environment.
+PROMETHEUS_MULTIPROC_DIR = validate_directory("PROMETHEUS_MULTIPROC_DIR", env.str("PROMETHEUS_MULTIPROC_DIR"))
+
+# E-mail (alert channels): SMTP when EMAIL_HOST is set, else printed to the console.
+EMAIL_HOST = env.str("EMAIL_HOST")
+EMAIL_BACKEND = env.str(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_PORT = env.integer("EMAIL_PORT", 25, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", False)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL are mutually exclusive")
+EMAIL_TIMEOUT = env.number("EMAIL_TIMEOUT", 10, minimum=0.1)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "reliability-console@localhost")
 
 REPORT_PLATFORM_URL = validate_http_url("REPORT_PLATFORM_URL", env.str("REPORT_PLATFORM_URL", "http://127.0.0.1:8765"))
 

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -135,6 +136,15 @@ def main() -> int:
     env.setdefault("DJANGO_DEBUG", "0")
     env["PYTHONUNBUFFERED"] = "1"
     web_port = free_port(int(env.get("PORT", "8000")))
+    # /metrics for a local Prometheus: this run's processes share a fresh multiprocess
+    # directory, and only this machine may scrape.
+    if not env.get("PROMETHEUS_MULTIPROC_DIR"):
+        metrics_dir = var_dir / "prometheus"
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(parents=True)
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    env.setdefault("RELIABILITY_METRICS_ALLOWED_NETWORKS", "127.0.0.1/32,::1/128")
+    env.setdefault("RELIABILITY_CONSOLE_URL", f"http://127.0.0.1:{web_port}")
 
     def on_signal(signum, frame):
         raise KeyboardInterrupt

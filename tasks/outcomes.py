@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
+from dlq import metrics
 from dlq.models import DLQStatus
 from dlq.services import dlq_item_open, dlq_item_resolve_retried, dlq_item_set_status
 from reliability_console.exceptions import LeaseLost
@@ -138,7 +139,8 @@ def step_succeeded(
             _save_fenced(task, TASK_FINISH_FIELDS)
             if was_in_dlq:
                 # An operator's retry worked: its DLQ item is resolved with it.
-                dlq_item_resolve_retried(task_id=task.pk)
+                resolved = dlq_item_resolve_retried(task_id=task.pk)
+                metrics.dlq_item_resolved(pipeline=task.pipeline, resolution="retried", count=resolved)
         else:
             task.advance(lease_seconds=lease_seconds())
             _save_fenced(task, TASK_PROGRESS_FIELDS)
@@ -153,6 +155,23 @@ def step_succeeded(
                 ignore_conflicts=True,
             )
     claim.outputs[record.step_index] = output
+    _record_attempt_metrics(task, record)
+    if is_last:
+        metrics.task_finished(
+            pipeline=task.pipeline, state=task.state, created_at=task.created_at, finished_at=task.finished_at
+        )
+
+
+def _record_attempt_metrics(task: Task, record: AttemptRecord, *, retried: bool = False) -> None:
+    metrics.step_attempt_recorded(
+        pipeline=task.pipeline,
+        step=record.step_name,
+        outcome=record.outcome,
+        error_code=record.error.code if record.error else "",
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+        retried=retried,
+    )
 
 
 def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datetime) -> None:
@@ -163,6 +182,7 @@ def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datet
         _save_fenced(task, TASK_RETRY_FIELDS)
         StepAttempt.objects.bulk_create([record.row(task)])
         deliver_on_commit(task.pk, token, when=retry_at)
+    _record_attempt_metrics(task, record, retried=True)
     logger.info(
         "retry scheduled",
         extra={
@@ -218,6 +238,12 @@ def task_failed(
         )
         if policy == FailurePolicy.COMPENSATE and not keep_lease_for:
             deliver_on_commit(task.pk, token)
+    if record is not None:
+        _record_attempt_metrics(task, record)
+    if task.state == TaskState.FAILED:
+        metrics.task_finished(
+            pipeline=task.pipeline, state=task.state, created_at=task.created_at, finished_at=task.finished_at
+        )
     logger.error(
         "task failed",
         extra={
@@ -255,6 +281,10 @@ def compensation_finished(*, claim: Claim, errors: list[str]) -> None:
             task.finish_compensation()
             _save_fenced(task, ["state", "lease_owner", "lease_expires_at", "finished_at", "updated_at"])
             dlq_item_set_status(task_id=task.pk, status=DLQStatus.COMPENSATED)
+    metrics.compensation_finished(pipeline=task.pipeline, outcome="failed" if errors else "compensated")
+    metrics.task_finished(
+        pipeline=task.pipeline, state=task.state, created_at=task.created_at, finished_at=task.finished_at
+    )
     logger.log(
         logging.ERROR if errors else logging.INFO,
         "compensation finished",

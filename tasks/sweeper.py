@@ -21,6 +21,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
+from dlq import metrics
 from dlq.bulk import bulk_operations_redeliver_stale
 from dlq.models import DLQStatus
 from dlq.services import dlq_item_open, dlq_item_set_status, dlq_items_purge_resolved
@@ -132,6 +133,21 @@ def _record_crash(task: Task) -> None:
         error_code="lease_expired",
         error_message=f"worker {task.lease_owner!r} stopped renewing its lease",
     )
+    pipeline, step, finished_at = task.pipeline, step_name or "(compensation)", timezone.now()
+
+    def record() -> None:
+        metrics.lease_expired(pipeline=pipeline)
+        if kind == AttemptKind.STEP:
+            metrics.step_attempt_recorded(
+                pipeline=pipeline,
+                step=step,
+                outcome=AttemptOutcome.CRASHED,
+                error_code="lease_expired",
+                started_at=None,
+                finished_at=finished_at,
+            )
+
+    metrics.on_commit(record)
 
 
 def _expired_running(task: Task, report: SweepReport) -> None:
@@ -171,6 +187,8 @@ def _expired_running(task: Task, report: SweepReport) -> None:
     )
     if policy == FailurePolicy.COMPENSATE:
         deliver_on_commit(task.pk, task.fencing_token)
+    else:
+        _finished_on_commit(task)
     report.crash_loops += 1
     logger.error(
         "crash loop", extra={"event": "task_failed", "reason": "crash_loop", "task_id": str(task.pk), "token": token}
@@ -190,7 +208,17 @@ def _expired_compensating(task: Task, report: SweepReport) -> None:
     task.fail_compensation(code="crash_loop", message=message)
     task.save(update_fields=TASK_FAIL_FIELDS)
     dlq_item_set_status(task_id=task.pk, status=DLQStatus.OPEN, compensation_error=message)
+    pipeline = task.pipeline
+    metrics.on_commit(lambda: metrics.COMPENSATIONS.labels(pipeline, "failed").inc())
+    _finished_on_commit(task)
     report.compensation_crash_loops += 1
+
+
+def _finished_on_commit(task: Task) -> None:
+    pipeline, state, created_at, finished_at = task.pipeline, task.state, task.created_at, task.finished_at
+    metrics.on_commit(
+        lambda: metrics.task_finished(pipeline=pipeline, state=state, created_at=created_at, finished_at=finished_at)
+    )
 
 
 def _due_retries(report: SweepReport) -> None:

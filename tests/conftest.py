@@ -41,6 +41,8 @@ def engine_env(platform, clean_redis):
             "RELIABILITY_SWEEP_INTERVAL_SECONDS": 0.5,
             "RELIABILITY_REDELIVERY_GRACE_SECONDS": 1,
             "RELIABILITY_MAX_CRASHES": 3,
+            # Sweepers evaluate alert rules only in tests that ask for it.
+            "RELIABILITY_ALERT_INTERVAL_SECONDS": 3600,
         }
         values.update(overrides)
         return process_env(**values)
@@ -90,3 +92,12 @@ def start_api_server(engine_env):
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def webhook_receiver():
+    from tests.webhook_receiver import WebhookReceiver
+
+    receiver = WebhookReceiver()
+    yield receiver
+    receiver.stop()

@@ -27,8 +27,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 URL = "/admin/dashboard/"
 SVG_NS = "{http://www.w3.org/2000/svg}"
 NBSP = "\xa0"  # timesince puts one between a number and its unit
-# Session, user, tasks, open items, growth (two), sweeper, operator actions: fixed whatever the data size.
-PAGE_QUERIES = 8
+# Session, user, tasks, open items, growth (two), sweeper, operator actions, alert rules and
+# alert history: fixed whatever the data size.
+PAGE_QUERIES = 10
 
 
 @pytest.fixture
@@ -337,9 +338,22 @@ def test_operator_actions_of_the_last_24_hours_are_counted_by_outcome(admin_clie
     assert "Close" in close_row and re.findall(r">(\d+)</td>", close_row) == ["1", "0", "1", "0", "2"]
 
 
-def test_the_alerts_section_is_a_placeholder(admin_client, clean_redis):
+def test_the_alerts_section_shows_firing_rules_and_history(admin_client, clean_redis):
+    from dlq.alerting import alerts_evaluate
+    from dlq.models import AlertRule
+
+    AlertRule.objects.all().delete()
     body = admin_client.get(URL).content.decode()
-    assert 'id="ops-alerts"' in body and "Alerting is not configured yet." in body
+    assert 'id="ops-alerts-ok"' in body and "No alert events yet." in body
+
+    AlertRule.objects.create(name="any open item", kind="open_items", threshold=0)
+    _failed_task()
+    alerts_evaluate()
+    body = admin_client.get(URL).content.decode()
+    firing = body.split('id="ops-alerts-firing"')[1].split("</ul>")[0]
+    assert "any open item" in firing
+    history = body.split('id="ops-alert-history"')[1].split("</table>")[0]
+    assert "any open item" in history and "1 open DLQ items" in history
 
 
 # --- robustness ------------------------------------------------------------------------

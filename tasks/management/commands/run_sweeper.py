@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
+from dlq.alerting import EvaluationSchedule
 from tasks.sweeper import sweep_once, sweeper_heartbeat
 
 logger = logging.getLogger(__name__)
@@ -38,10 +39,14 @@ class Command(BaseCommand):
             signal.signal(sig, lambda *_: stop.set())
         logger.info("sweeper started", extra={"event": "sweeper_started", "interval": interval})
         name = f"{socket.gethostname()}:{os.getpid()}"
+        # Alert rules are evaluated from this loop every RELIABILITY_ALERT_INTERVAL_SECONDS
+        # (an in-memory check between sweeps); several sweepers evaluating is safe.
+        alerts = EvaluationSchedule()
         while not stop.is_set():
             try:
                 sweep_once()
                 sweeper_heartbeat(name=name)
+                alerts.run_if_due()
             except Exception:
                 # A database or Redis outage must not end the loop: retry next round.
                 logger.exception("sweep failed", extra={"event": "sweep_failed"})

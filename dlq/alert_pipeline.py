@@ -1,0 +1,58 @@
+"""The ``alert_notify`` pipeline: delivers one alert event to one channel on the engine.
+
+Always registered (imported by ``DlqConfig.ready``). The engine gives it
+retries with backoff, an idempotency key stable across retries, and a DLQ
+item when a channel keeps failing.
+"""
+
+from __future__ import annotations
+
+from dlq.alert_channels import channel_send
+from dlq.alerting import NOTIFY_PIPELINE, alert_delivery_attempt_failed, alert_delivery_given_up, alert_delivery_sent
+from dlq.models import AlertDelivery
+from reliability_console.exceptions import PermanentError, UnknownPipeline
+from tasks import registry
+from tasks.pipelines import FailurePolicy, Pipeline
+from tasks.retry import RetryPolicy
+
+
+def _build() -> Pipeline:
+    pipeline = Pipeline(
+        NOTIFY_PIPELINE,
+        retry=RetryPolicy(max_attempts=6, base_delay=0.5, factor=2, max_delay=30),
+        # Nothing to undo: "compensation" only runs the failure notice below.
+        failure_policy=FailurePolicy.COMPENSATE,
+        default_step_timeout=30,
+        register=False,
+    )
+
+    @pipeline.step(effects=("notification",))
+    def send_notification(ctx):
+        delivery = AlertDelivery.objects.select_related("event__rule", "channel").filter(pk=ctx.input["delivery_id"])
+        delivery = delivery.first()
+        if delivery is None:
+            raise PermanentError("the alert delivery no longer exists", code="alert_delivery_missing")
+        key = ctx.idempotency_key("notification")
+        try:
+            channel_send(channel=delivery.channel, event=delivery.event, idempotency_key=key, timeout=ctx.check_time())
+        except Exception as exc:
+            alert_delivery_attempt_failed(delivery=delivery, error=str(exc))
+            raise
+        alert_delivery_sent(delivery=delivery)
+        return {"channel": delivery.channel.name, "sent": True}
+
+    @pipeline.failure_notice
+    def mark_given_up(ctx):
+        alert_delivery_given_up(delivery_id=ctx.input["delivery_id"])
+
+    return pipeline
+
+
+def register() -> Pipeline:
+    """Register the pipeline once per process (idempotent)."""
+    try:
+        return registry.get(NOTIFY_PIPELINE)
+    except UnknownPipeline:
+        pipeline = _build()
+        registry.register(pipeline)
+        return pipeline
