@@ -189,6 +189,7 @@ def main() -> int:
         print("make run: migrating the database…", flush=True)
         stack.manage("migrate", "--noinput")
         stack.manage("collectstatic", "--noinput")
+        stack.manage("setup_roles")
         admin_line = stack.manage("bootstrap_admin", "--username", "admin").strip()
         api_token = stack.manage("create_api_token", f"demo-{secrets.token_hex(3)}").strip().splitlines()[-1]
 

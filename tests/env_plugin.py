@@ -8,6 +8,7 @@ Redis) and a secret key for the settings.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
@@ -87,6 +88,8 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     os.environ.setdefault("RELIABILITY_PIPELINE_MODULES", "tasks.demo.report_pipeline,tests.pipelines")
     _server = TestRedis()
     _server.start()
+    # Also stop it if pytest aborts before pytest_unconfigure (e.g. settings fail to import).
+    atexit.register(_server.stop)
     os.environ["REDIS_URL"] = _server.url
 
 
