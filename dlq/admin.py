@@ -41,7 +41,7 @@ from dlq.models import (
     ResolutionCode,
 )
 from dlq.selectors import GROUP_SCAN_LIMIT, audit_entries_for_item, failure_groups, retry_preview
-from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, ReadOnlyAdminMixin
+from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, PipelineFilter, ReadOnlyAdminMixin
 from reliability_console.paginator import CappedCountPaginator
 from tasks.models import TaskState
 from tasks.redaction import redact
@@ -53,11 +53,6 @@ FILTER_PARAMS_IGNORED = ("p", "o", "_changelist_filters")
 
 def client_ip(request) -> str | None:
     return request.META.get("REMOTE_ADDR") or None
-
-
-class PipelineFilter(DistinctValueFilter):
-    title = _("pipeline")
-    parameter_name = "pipeline"
 
 
 class ReasonCodeFilter(DistinctValueFilter):

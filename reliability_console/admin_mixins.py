@@ -60,6 +60,11 @@ class ReadOnlyAdminMixin:
         return False
 
 
+class PipelineFilter(DistinctValueFilter):
+    title = _("pipeline")
+    parameter_name = "pipeline"
+
+
 AGE_WINDOWS = {
     "1h": (_("Last hour"), timedelta(hours=1)),
     "24h": (_("Last 24 hours"), timedelta(hours=24)),

@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from dlq.models import AuditEntry
-from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, ReadOnlyAdminMixin
+from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, PipelineFilter, ReadOnlyAdminMixin
 from reliability_console.exceptions import UnknownPipeline
 from reliability_console.paginator import CappedCountPaginator
 from tasks import registry
@@ -54,11 +54,6 @@ class StateFilter(admin.SimpleListFilter):
         if self.value() in TaskState.values:
             return queryset.filter(state=self.value())
         return queryset
-
-
-class PipelineFilter(DistinctValueFilter):
-    title = _("pipeline")
-    parameter_name = "pipeline"
 
 
 class FailedStepFilter(DistinctValueFilter):
