@@ -25,7 +25,7 @@ test: install lint
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install
-	$(BIN)/python scripts/bench_console.py $(BENCH_ARGS)
+	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

@@ -1,0 +1,565 @@
+"""`make bench` (engine part): the engine's throughput against bare RQ and raw PostgreSQL, measured in one run.
+
+Baselines, on the same Redis and PostgreSQL as the engine:
+
+- bare RQ: no-op jobs (a module-level function of this file, JSON serializer) drained by the default
+  forking ``rq.Worker`` and by ``rq.SimpleWorker``, with 1 and 2 worker processes (jobs/s);
+- raw psycopg2: a loop committing one small row per transaction into a scratch table of a dedicated
+  database, with 1 and 2 client processes (rows/s).
+
+The engine, with ``RELIABILITY_ENABLE_BENCH_PIPELINES=1`` against a dedicated, migrated database:
+``bench_noop_1`` tasks/s and ``bench_noop_10`` steps/s, with 1 and 2 ``manage.py rqworker`` processes.
+
+Every drain is timed the same way: the jobs (or tasks, through ``task_submit``) are created first and held
+back (their Redis queue list is renamed away), the workers are started and registered, then the queue is
+renamed back (which wakes the blocked workers) and the clock runs until the last job finished (bare RQ:
+the finished-job registry) or the last task succeeded (engine: polled in the database). Worker start-up is
+not in the figures, for the baselines as for the engine.
+
+It is a benchmark, not a test: the floors are reported (holds yes/no), never enforced. ``run(...)`` does the
+work and returns the results; ``main()`` is the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = Path(__file__).resolve().parent
+DEFAULT_OUTPUT = ROOT / "var" / "bench" / "engine.json"
+DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432"
+# Database 14 of the local Redis is the benchmarks' own: it is flushed before and after each measurement.
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
+ENGINE_QUEUE = "default"  # the project's only queue (settings.RELIABILITY_QUEUE)
+RQ_BASELINE_QUEUE = "bench_rq"
+RAW_TABLE = "bench_raw_commits"
+WORKER_START_TIMEOUT = 60
+DRAIN_TIMEOUT = 600
+POLL_SECONDS = 0.02
+DATABASE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+class BenchError(Exception):
+    """The benchmark could not run (a command failed, a worker died, a drain did not finish)."""
+
+
+def noop() -> None:
+    """The bare RQ baseline's job: nothing at all."""
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------------------------
+
+
+def database_url(server_url: str, name: str) -> str:
+    parts = urlsplit(server_url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", "", ""))
+
+
+def _connect(url: str, autocommit: bool = True):
+    import psycopg2
+
+    connection = psycopg2.connect(url)
+    connection.autocommit = autocommit
+    return connection
+
+
+def _scalar(url: str, sql: str, params=()):
+    connection = _connect(url)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+            return row[0] if row else None
+    finally:
+        connection.close()
+
+
+def _on_server(server_url: str, *statements: str) -> None:
+    admin = _connect(database_url(server_url, "postgres"))
+    try:
+        with admin.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement)
+    finally:
+        admin.close()
+
+
+def _drop_database(server_url: str, name: str) -> None:
+    # Only ever the benchmark's own databases: FORCE ends sessions a crashed run left behind.
+    _on_server(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _recreate_database(server_url: str, name: str) -> None:
+    _drop_database(server_url, name)
+    _on_server(server_url, f'CREATE DATABASE "{name}"')
+
+
+# --- Redis and worker processes -----------------------------------------------------------------------------
+
+
+def _redis(redis_url: str):
+    from redis import Redis
+
+    return Redis.from_url(redis_url)
+
+
+class _Hold:
+    """Keep a queue's jobs away from its workers until ``release()``: the list is renamed away and back."""
+
+    def __init__(self, connection, queue: str) -> None:
+        self.connection = connection
+        self.key = f"rq:queue:{queue}"
+        self.held = f"bench:held:{queue}"
+
+    def hold(self, expected: int) -> None:
+        length = self.connection.llen(self.key)
+        if length != expected:
+            raise BenchError(f"{self.key} holds {length} jobs, expected {expected}")
+        self.connection.rename(self.key, self.held)
+
+    def release(self) -> None:
+        # RENAME onto a list key wakes the workers blocked in BLMOVE on it.
+        self.connection.rename(self.held, self.key)
+
+
+class _Workers:
+    """Worker processes in their own process groups, logging to a file; stopped by their PIDs."""
+
+    def __init__(self, argv: list[str], count: int, env: dict, log_path: Path) -> None:
+        self.processes: list[subprocess.Popen] = []
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            for _ in range(count):
+                self.processes.append(
+                    subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, process_group=0)
+                )
+        self.log_path = log_path
+
+    def check_alive(self) -> None:
+        for process in self.processes:
+            if process.poll() is not None:
+                raise BenchError(f"a worker exited with code {process.returncode}; see {self.log_path}")
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                # The whole group: a forking worker's work horse too.
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def _wait_registered(connection, queue: str, count: int, workers: _Workers) -> None:
+    key = f"rq:workers:{queue}"
+    deadline = time.monotonic() + WORKER_START_TIMEOUT
+    while connection.scard(key) < count:
+        workers.check_alive()
+        if time.monotonic() > deadline:
+            raise BenchError(f"{count} workers did not register within {WORKER_START_TIMEOUT}s")
+        time.sleep(0.05)
+    # Registration comes just before the first dequeue: let each reach its blocking BLMOVE.
+    time.sleep(0.5)
+
+
+def _drain(connection, queue: str, count: int, start: Callable[[], _Workers], done: Callable[[], int]) -> float:
+    """Hold the queue's ``count`` jobs, ``start()`` the workers, release: seconds until ``done()`` reaches ``count``."""
+    hold = _Hold(connection, queue)
+    hold.hold(count)
+    workers = start()
+    try:
+        _wait_registered(connection, queue, len(workers.processes), workers)
+        started = time.perf_counter()
+        hold.release()
+        deadline = time.monotonic() + DRAIN_TIMEOUT
+        while True:
+            finished = done()
+            if finished >= count:
+                return time.perf_counter() - started
+            if time.monotonic() > deadline:
+                raise BenchError(f"only {finished} of {count} done after {DRAIN_TIMEOUT}s; see {workers.log_path}")
+            workers.check_alive()
+            time.sleep(POLL_SECONDS)
+    finally:
+        workers.stop()
+
+
+# --- Baseline: bare RQ -------------------------------------------------------------------------------------
+
+
+def bench_rq(redis_url: str, worker_class: str, processes: int, jobs: int, log_dir: Path) -> float:
+    """No-op jobs/s drained by ``processes`` bare RQ workers of ``worker_class``."""
+    from rq import Queue
+    from rq.registry import FinishedJobRegistry
+    from rq.serializers import JSONSerializer
+
+    connection = _redis(redis_url)
+    connection.flushdb()
+    try:
+        queue = Queue(RQ_BASELINE_QUEUE, connection=connection, serializer=JSONSerializer)
+        batch = 500
+        for first in range(0, jobs, batch):
+            queue.enqueue_many(
+                [
+                    Queue.prepare_data("bench_engine.noop", result_ttl=3600, timeout=-1)
+                    for _ in range(first, min(jobs, first + batch))
+                ]
+            )
+        registry = FinishedJobRegistry(queue=queue)
+        argv = [
+            sys.executable,
+            "-m",
+            "rq.cli",
+            "worker",
+            "--url",
+            redis_url,
+            "--serializer",
+            "json",
+            "--worker-class",
+            worker_class,
+            "--path",
+            str(SCRIPTS),
+            RQ_BASELINE_QUEUE,
+        ]
+        env = {**os.environ, "PYTHONPATH": str(SCRIPTS), "PYTHONUNBUFFERED": "1"}
+        log_path = log_dir / "rq-baseline.log"
+        seconds = _drain(
+            connection,
+            RQ_BASELINE_QUEUE,
+            jobs,
+            lambda: _Workers(argv, processes, env, log_path),
+            lambda: connection.zcard(registry.key),
+        )
+        failed = connection.zcard(f"rq:failed:{RQ_BASELINE_QUEUE}")
+        if failed:
+            raise BenchError(f"{failed} bare RQ jobs failed; see {log_path}")
+        return jobs / seconds
+    finally:
+        connection.flushdb()
+        connection.close()
+
+
+# --- Baseline: raw commits -----------------------------------------------------------------------------------
+
+
+def _raw_client(url: str, rows: int, ready, go, results) -> None:
+    connection = _connect(url, autocommit=False)
+    cursor = connection.cursor()
+    payload = json.dumps({"step": "step_1", "output": None})
+    ready.wait()
+    go.wait()
+    started = time.perf_counter()
+    for index in range(rows):
+        cursor.execute(f"INSERT INTO {RAW_TABLE} (step, payload) VALUES (%s, %s)", (index, payload))
+        connection.commit()
+    results.put((started, time.perf_counter()))
+    connection.close()
+
+
+def bench_raw_commits(url: str, processes: int, rows: int) -> float:
+    """Rows/s committed one per transaction by ``processes`` psycopg2 clients (``rows`` each)."""
+    context = multiprocessing.get_context("spawn")
+    ready = context.Barrier(processes + 1)
+    go = context.Event()
+    results = context.Queue()
+    clients = [context.Process(target=_raw_client, args=(url, rows, ready, go, results)) for _ in range(processes)]
+    for client in clients:
+        client.start()
+    try:
+        ready.wait(timeout=WORKER_START_TIMEOUT)
+        go.set()
+        spans = [results.get(timeout=DRAIN_TIMEOUT) for _ in clients]
+    finally:
+        for client in clients:
+            client.join(timeout=30)
+            if client.is_alive():
+                client.kill()
+                client.join()
+    seconds = max(end for _, end in spans) - min(start for start, _ in spans)
+    return processes * rows / seconds
+
+
+# --- The engine ------------------------------------------------------------------------------------------------
+
+
+def _engine_env(url: str, redis_url: str) -> dict:
+    return {
+        **os.environ,
+        "DATABASE_URL": url,
+        "REDIS_URL": redis_url,
+        "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+        "RELIABILITY_ENABLE_BENCH_PIPELINES": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _run(argv: list[str], env: dict, what: str) -> str:
+    result = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BenchError(f"{what} failed:\n{result.stderr.strip()[-3000:]}")
+    return result.stdout
+
+
+def _submit_child(pipeline: str, count: int, batch: str) -> None:
+    """Child mode: submit ``count`` tasks of ``pipeline`` (each delivered to Redis after its commit)."""
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reliability_console.settings")
+    import django
+
+    django.setup()
+    from tasks.services import task_submit
+
+    for index in range(count):
+        task_submit(pipeline=pipeline, input={"batch": batch, "n": index})
+    print(json.dumps({"submitted": count}))
+
+
+def bench_engine(url: str, redis_url: str, pipeline: str, processes: int, tasks: int, log_dir: Path) -> float:
+    """Tasks/s of ``pipeline`` run by ``processes`` ``manage.py rqworker`` processes."""
+    env = _engine_env(url, redis_url)
+    connection = _redis(redis_url)
+    connection.flushdb()
+    batch = uuid.uuid4().hex
+    try:
+        _run([sys.executable, __file__, "--submit", pipeline, str(tasks), batch], env, f"submitting {pipeline}")
+        database = _connect(url)
+        try:
+            with database.cursor() as cursor:
+
+                def succeeded() -> int:
+                    cursor.execute(
+                        "SELECT count(*) FILTER (WHERE state = 'succeeded'), "
+                        "count(*) FILTER (WHERE state NOT IN ('succeeded', 'queued', 'running')) "
+                        "FROM tasks_task WHERE input->>'batch' = %s",
+                        [batch],
+                    )
+                    done, other = cursor.fetchone()
+                    if other:
+                        raise BenchError(f"{other} {pipeline} tasks neither succeeded nor running")
+                    return done
+
+                argv = [sys.executable, "manage.py", "rqworker"]
+                log_path = log_dir / "engine-workers.log"
+                seconds = _drain(
+                    connection, ENGINE_QUEUE, tasks, lambda: _Workers(argv, processes, env, log_path), succeeded
+                )
+        finally:
+            database.close()
+        return tasks / seconds
+    finally:
+        connection.flushdb()
+        connection.close()
+
+
+# --- The whole part ----------------------------------------------------------------------------------------------
+
+FLOOR_ONE_STEP = "engine: 1-step tasks/s, 2 workers >= bare RQ forking worker jobs/s, 2 workers"
+FLOOR_TEN_STEPS = "engine: 10-step steps/s, 2 workers >= 25% of raw commits/s, 2 clients"
+
+
+def run(
+    *,
+    jobs: int = 2000,
+    fork_jobs: int = 500,
+    one_step_tasks: int = 1000,
+    ten_step_tasks: int = 300,
+    raw_rows: int = 3000,
+    worker_counts: tuple[int, ...] = (1, 2),
+    engine_database: str = "rc_bench_engine",
+    raw_database: str = "rc_bench_raw",
+    keep: bool = False,
+    server_url: str = DEFAULT_SERVER_URL,
+    redis_url: str = DEFAULT_REDIS_URL,
+    output: Path | None = DEFAULT_OUTPUT,
+    progress: Callable[[str], None] = print,
+) -> dict:
+    """Measure the baselines and the engine; write ``output``; return ``{"rows", "figures", "floors", ...}``."""
+    for name in (engine_database, raw_database):
+        if not DATABASE_NAME.fullmatch(name):
+            raise BenchError(f"database name {name!r}: use letters, digits and underscores only")
+    if 2 not in worker_counts:
+        raise BenchError("the floors compare 2-worker figures: worker counts must include 2")
+    log_dir = (output.parent if output else ROOT / "var" / "bench").resolve()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    engine_url = database_url(server_url, engine_database)
+    raw_url = database_url(server_url, raw_database)
+    started = time.monotonic()
+    figures: dict[str, dict] = {}
+
+    def figure(name: str, value: float, unit: str) -> None:
+        figures[name] = {"value": round(value, 1), "unit": unit}
+        progress(f"bench: {name}: {value:,.1f} {unit}")
+
+    try:
+        progress(f"bench: creating databases {engine_database!r} and {raw_database!r}")
+        _recreate_database(server_url, raw_database)
+        _recreate_database(server_url, engine_database)
+        _scalar(
+            raw_url,
+            f"CREATE TABLE {RAW_TABLE} (id bigserial PRIMARY KEY, step integer NOT NULL, payload jsonb NOT NULL, "
+            "created_at timestamptz NOT NULL DEFAULT now()); SELECT 1",
+        )
+        _run([sys.executable, "manage.py", "migrate", "--noinput"], _engine_env(engine_url, redis_url), "migrate")
+
+        for count in worker_counts:
+            figure(f"rq_forking_{count}w", bench_rq(redis_url, "rq.worker.Worker", count, fork_jobs, log_dir), "jobs/s")
+            figure(f"rq_simple_{count}w", bench_rq(redis_url, "rq.worker.SimpleWorker", count, jobs, log_dir), "jobs/s")
+            figure(f"raw_commits_{count}c", bench_raw_commits(raw_url, count, raw_rows), "rows/s")
+        for count in worker_counts:
+            tasks_per_second = bench_engine(engine_url, redis_url, "bench_noop_1", count, one_step_tasks, log_dir)
+            figure(f"engine_1step_{count}w", tasks_per_second, "tasks/s")
+            tasks_per_second = bench_engine(engine_url, redis_url, "bench_noop_10", count, ten_step_tasks, log_dir)
+            figure(f"engine_10step_{count}w", tasks_per_second * 10, "steps/s")
+    finally:
+        if not keep:
+            _drop_database(server_url, engine_database)
+            _drop_database(server_url, raw_database)
+
+    rows = []
+    for count in worker_counts:
+        rows.append(_row(figures, f"engine_1step_{count}w", f"rq_forking_{count}w", f"1-step tasks, {count} worker(s)"))
+        rows.append(
+            _row(figures, f"engine_10step_{count}w", f"raw_commits_{count}c", f"10-step steps, {count} worker(s)")
+        )
+    one_step, forking = figures["engine_1step_2w"]["value"], figures["rq_forking_2w"]["value"]
+    ten_steps, raw = figures["engine_10step_2w"]["value"], figures["raw_commits_2c"]["value"]
+    floors = [
+        {"name": FLOOR_ONE_STEP, "value": one_step, "floor": forking, "holds": one_step >= forking},
+        {"name": FLOOR_TEN_STEPS, "value": ten_steps, "floor": round(raw * 0.25, 1), "holds": ten_steps >= raw * 0.25},
+    ]
+    results = {
+        "figures": {f"engine.{name}": value for name, value in figures.items()},
+        "rows": rows,
+        "floors": floors,
+        "sizes": {
+            "jobs": jobs,
+            "fork_jobs": fork_jobs,
+            "one_step_tasks": one_step_tasks,
+            "ten_step_tasks": ten_step_tasks,
+            "raw_rows": raw_rows,
+        },
+        "seconds": round(time.monotonic() - started, 1),
+        "environment": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+    }
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def _row(figures: dict, name: str, baseline: str, label: str) -> dict:
+    value, base = figures[name], figures[baseline]
+    return {
+        "label": label,
+        "value": value["value"],
+        "unit": value["unit"],
+        "baseline": baseline,
+        "baseline_value": base["value"],
+        "baseline_unit": base["unit"],
+        "ratio": round(value["value"] / base["value"], 2) if base["value"] else None,
+    }
+
+
+def format_table(results: dict) -> str:
+    figures = results["figures"]
+    sizes = results["sizes"]
+    lines = [
+        f"Engine throughput ({sizes['jobs']:,} no-op jobs per SimpleWorker run, "
+        f"{sizes['fork_jobs']:,} per forking run, "
+        f"{sizes['raw_rows']:,} raw rows per client, "
+        f"{sizes['one_step_tasks']:,} 1-step and {sizes['ten_step_tasks']:,} 10-step tasks; "
+        f"{results['environment']['cpus']} CPUs, {results['seconds']:.0f} s):",
+        "",
+        "baselines:",
+    ]
+    for name, figure in figures.items():
+        if not name.startswith("engine.engine_"):
+            lines.append(f"  {name.removeprefix('engine.'):<26} {figure['value']:>10,.1f} {figure['unit']}")
+    header = f"{'engine':<30} {'value':>10} {'unit':<8} {'baseline':<18} {'baseline':>10} {'unit':<7} {'ratio':>6}"
+    lines += ["", header, "-" * len(header)]
+    for row in results["rows"]:
+        lines.append(
+            f"{row['label']:<30} {row['value']:>10,.1f} {row['unit']:<8} {row['baseline']:<18} "
+            f"{row['baseline_value']:>10,.1f} {row['baseline_unit']:<7} {row['ratio']:>6.2f}"
+        )
+    lines += ["", "floors (reported, not enforced):"]
+    for floor in results["floors"]:
+        lines.append(
+            f"  {floor['name']}: {floor['value']:,.1f} vs {floor['floor']:,.1f} -> "
+            f"holds {'yes' if floor['holds'] else 'NO'}"
+        )
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The engine part's options (``prefix`` names them apart when they share a parser with the console's)."""
+    parser.add_argument(f"--{prefix}jobs", type=int, default=2000, help="no-op jobs per bare RQ SimpleWorker run")
+    parser.add_argument(f"--{prefix}fork-jobs", type=int, default=500, help="no-op jobs per forking rq.Worker run")
+    parser.add_argument(f"--{prefix}one-step-tasks", type=int, default=1000, help="bench_noop_1 tasks per run")
+    parser.add_argument(f"--{prefix}ten-step-tasks", type=int, default=300, help="bench_noop_10 tasks per run")
+    parser.add_argument(f"--{prefix}raw-rows", type=int, default=3000, help="raw commits per client (default 3000)")
+    parser.add_argument(f"--{prefix}database", default="rc_bench_engine", help="the engine's bench database")
+    parser.add_argument(f"--{prefix}raw-database", default="rc_bench_raw", help="the raw commits' database")
+    parser.add_argument(f"--{prefix}redis-url", default=DEFAULT_REDIS_URL, help="bench Redis (flushed!)")
+
+
+def run_from_options(options: argparse.Namespace, prefix: str = "", **kwargs) -> dict:
+    attribute = prefix.replace("-", "_")
+    for name in ("jobs", "fork_jobs", "one_step_tasks", "ten_step_tasks", "raw_rows"):
+        if getattr(options, attribute + name) < 1:
+            raise BenchError(f"--{prefix}{name.replace('_', '-')} must be a positive integer")
+    return run(
+        jobs=getattr(options, attribute + "jobs"),
+        fork_jobs=getattr(options, attribute + "fork_jobs"),
+        one_step_tasks=getattr(options, attribute + "one_step_tasks"),
+        ten_step_tasks=getattr(options, attribute + "ten_step_tasks"),
+        raw_rows=getattr(options, attribute + "raw_rows"),
+        engine_database=getattr(options, attribute + "database"),
+        raw_database=getattr(options, attribute + "raw_database"),
+        redis_url=getattr(options, attribute + "redis_url"),
+        **kwargs,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    parser.add_argument("--keep", action="store_true", help="keep the bench databases")
+    parser.add_argument("--server-url", default=DEFAULT_SERVER_URL, help="PostgreSQL server, without a database")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--submit", nargs=3, metavar=("PIPELINE", "COUNT", "BATCH"), help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    if options.submit:
+        pipeline, count, batch = options.submit
+        _submit_child(pipeline, int(count), batch)
+        return 0
+    try:
+        results = run_from_options(options, keep=options.keep, server_url=options.server_url, output=options.output)
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    print()
+    print(format_table(results))
+    print(f"\nwritten to {options.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
