@@ -33,7 +33,11 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+
+from bench_db import database_url
+from bench_db import drop_database as _drop_database
+from bench_db import recreate_database as _recreate_database
+from bench_db import scalar as _scalar
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "var" / "bench" / "console.json"
@@ -74,56 +78,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def database_url(server_url: str, name: str) -> str:
-    parts = urlsplit(server_url)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", "", ""))
-
-
-def _connect(url: str):
-    import psycopg2
-
-    connection = psycopg2.connect(url)
-    connection.autocommit = True
-    return connection
-
-
-def _scalar(url: str, sql: str, params=()):
-    connection = _connect(url)
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-            return row[0] if row else None
-    finally:
-        connection.close()
-
-
 def _seeded_counts(url: str) -> tuple[int, int] | None:
     """(tasks, DLQ items) of an existing bench database, or None if it is not migrated."""
     if _scalar(url, "SELECT to_regclass('dlq_dlqitem') IS NOT NULL") is not True:
         return None
     return _scalar(url, "SELECT count(*) FROM tasks_task"), _scalar(url, "SELECT count(*) FROM dlq_dlqitem")
-
-
-def _on_server(server_url: str, *statements: str) -> None:
-    """Run statements on the server's maintenance database (CREATE and DROP DATABASE cannot run in the target)."""
-    admin = _connect(database_url(server_url, "postgres"))
-    try:
-        with admin.cursor() as cursor:
-            for statement in statements:
-                cursor.execute(statement)
-    finally:
-        admin.close()
-
-
-def _drop_database(server_url: str, name: str) -> None:
-    # Only ever the benchmark's own database: FORCE ends sessions a previous crashed run left behind.
-    _on_server(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _recreate_database(server_url: str, name: str) -> None:
-    _drop_database(server_url, name)
-    _on_server(server_url, f'CREATE DATABASE "{name}"')
 
 
 def _database_exists(server_url: str, name: str) -> bool:

@@ -35,7 +35,12 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+
+from bench_db import connect as _connect
+from bench_db import database_url
+from bench_db import drop_database as _drop_database
+from bench_db import recreate_database as _recreate_database
+from bench_db import scalar as _scalar
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent
@@ -61,50 +66,6 @@ def noop() -> None:
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------------------------
-
-
-def database_url(server_url: str, name: str) -> str:
-    parts = urlsplit(server_url)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", "", ""))
-
-
-def _connect(url: str, autocommit: bool = True):
-    import psycopg2
-
-    connection = psycopg2.connect(url)
-    connection.autocommit = autocommit
-    return connection
-
-
-def _scalar(url: str, sql: str, params=()):
-    connection = _connect(url)
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-            return row[0] if row else None
-    finally:
-        connection.close()
-
-
-def _on_server(server_url: str, *statements: str) -> None:
-    admin = _connect(database_url(server_url, "postgres"))
-    try:
-        with admin.cursor() as cursor:
-            for statement in statements:
-                cursor.execute(statement)
-    finally:
-        admin.close()
-
-
-def _drop_database(server_url: str, name: str) -> None:
-    # Only ever the benchmark's own databases: FORCE ends sessions a crashed run left behind.
-    _on_server(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _recreate_database(server_url: str, name: str) -> None:
-    _drop_database(server_url, name)
-    _on_server(server_url, f'CREATE DATABASE "{name}"')
 
 
 # --- Redis and worker processes -----------------------------------------------------------------------------
