@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Tests run against PostgreSQL (pytest-django creates and drops test_<name>).
 TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/reliability_console
 
-.PHONY: run test bench lint format install clean
+.PHONY: run test bench chaos lint format install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: install lint
 
 bench: install
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+
+# A fault campaign against a real deployment on this machine (PostgreSQL from DATABASE_URL's server).
+chaos: install
+	$(BIN)/python -m chaos $(CHAOS_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

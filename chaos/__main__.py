@@ -1,0 +1,88 @@
+"""`make chaos`: a fault campaign against a real deployment on this machine; exit 1 on any broken invariant.
+
+Example: ``make chaos CHAOS_ARGS="--tasks 600 --workers 4 --duration 180 --seed 3"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from chaos.faults import ALL_FAULTS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse_faults(value: str) -> frozenset[str]:
+    if value == "all":
+        return frozenset(ALL_FAULTS)
+    if value == "none":
+        return frozenset()
+    chosen = frozenset(part.strip() for part in value.split(",") if part.strip())
+    unknown = chosen - set(ALL_FAULTS)
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown fault {', '.join(sorted(unknown))}; choose from all, none or {', '.join(ALL_FAULTS)}"
+        )
+    return chosen
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make chaos", description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=2000, help="tasks to submit (default 2000)")
+    parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
+    parser.add_argument("--duration", type=float, default=600, help="seconds of submissions and faults (default 600)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the plan and the fault schedule (default 1)")
+    parser.add_argument(
+        "--faults",
+        type=parse_faults,
+        default=frozenset(ALL_FAULTS),
+        help=f"all (default), none, or some of: {', '.join(ALL_FAULTS)}",
+    )
+    parser.add_argument("--settle-timeout", type=float, default=300, help="seconds to wait for every task to finish")
+    parser.add_argument("--server-url", default="postgresql://postgres@127.0.0.1:5432", help="PostgreSQL server")
+    parser.add_argument("--database", default="rc_chaos", help="the campaign's database, created and dropped")
+    parser.add_argument("--keep-database", action="store_true", help="keep the database for inspection")
+    parser.add_argument("--output-dir", type=Path, default=ROOT / "var" / "chaos", help="where runs are recorded")
+    parser.add_argument("--lease-seconds", type=float, default=5.0, help="workers' lease (default 5)")
+    parser.add_argument("--sweep-interval", type=float, default=1.0, help="sweeper interval (default 1)")
+    options = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+
+    from chaos.campaign import CampaignConfig, DeploymentError, report, run
+
+    config = CampaignConfig(
+        tasks=options.tasks,
+        workers=options.workers,
+        duration=options.duration,
+        seed=options.seed,
+        faults=options.faults,
+        settle_timeout=options.settle_timeout,
+        server_url=options.server_url,
+        database=options.database,
+        keep_database=options.keep_database,
+        output_dir=options.output_dir,
+        lease_seconds=options.lease_seconds,
+        sweep_interval=options.sweep_interval,
+    )
+    try:
+        config.validate()
+    except ValueError as exc:
+        print(f"make chaos: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = run(config, progress=lambda line: print(line, flush=True))
+    except DeploymentError as exc:
+        print(f"make chaos: the deployment failed: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("make chaos: interrupted; everything it started was stopped", file=sys.stderr)
+        return 130
+    print(report(result))
+    return 0 if result.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

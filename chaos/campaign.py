@@ -1,0 +1,251 @@
+"""One chaos campaign: deploy, submit under faults, settle, record, check.
+
+``run(config)`` returns the recorded run (see ``chaos.invariants``) and the invariant results; it
+writes ``record.json``, ``report.txt`` and every process's log under the run's directory. The plan
+(what is submitted when, with which key, user and deadline), the fault schedule (which fault when,
+which worker by its place in the pool) and the simulator's fault draws all follow from the seed; the
+interleaving of real processes does not, so two runs of one seed inject the same faults into
+slightly different moments of the work.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chaos import faults as fault_module
+from chaos import invariants
+from chaos.deployment import Deployment, DeploymentSettings
+from chaos.processes import DeploymentError
+from chaos.workload import Submitter, plan
+
+logger = logging.getLogger(__name__)
+
+TERMINAL_STATES = ("succeeded", "failed", "compensated", "compensation_failed")
+# Submissions and faults happen inside these shares of the duration; the rest lets retries play out.
+SUBMIT_SHARE = 0.75
+# Platform calls per task, roughly (four steps, retries, compensations): sizes the slow-answer rate.
+CALLS_PER_TASK = 5.5
+# Slow answers hold a worker for a whole step timeout: about one per this many seconds of the run.
+SECONDS_PER_SLOW_ANSWER = 15
+
+
+@dataclass(frozen=True)
+class CampaignConfig:
+    tasks: int = 2000
+    workers: int = 4
+    duration: float = 600.0
+    seed: int = 1
+    faults: frozenset[str] = field(default_factory=lambda: frozenset(fault_module.ALL_FAULTS))
+    settle_timeout: float = 300.0
+    server_url: str = "postgresql://postgres@127.0.0.1:5432"
+    database: str = "rc_chaos"
+    lease_seconds: float = 5.0
+    sweep_interval: float = 1.0
+    redelivery_grace: float = 3.0
+    output_dir: Path = Path("var/chaos")
+    keep_database: bool = False
+
+    def validate(self) -> None:
+        if self.tasks < 1:
+            raise ValueError("--tasks must be at least 1")
+        if self.workers < 1:
+            raise ValueError("--workers must be at least 1")
+        if self.duration < 10:
+            raise ValueError("--duration must be at least 10 seconds")
+        if "sigkill" in self.faults and self.workers < 2:
+            raise ValueError("SIGKILL faults need at least 2 workers")
+        unknown = self.faults - set(fault_module.ALL_FAULTS)
+        if unknown:
+            raise ValueError(
+                f"unknown faults: {', '.join(sorted(unknown))} (known: {', '.join(fault_module.ALL_FAULTS)})"
+            )
+        if not self.database.replace("_", "").isalnum():
+            raise ValueError(f"--database must be letters, digits and _, got {self.database!r}")
+
+
+@dataclass
+class CampaignResult:
+    run_dir: Path
+    record: dict
+    results: list
+    settled: bool
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return self.settled and all(result.holds for result in self.results)
+
+
+def run(config: CampaignConfig, *, progress=print) -> CampaignResult:
+    config.validate()
+    run_dir = Path(config.output_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-seed{config.seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    window = config.duration * SUBMIT_SHARE
+    planned, broke_users = plan(seed=config.seed, tasks=config.tasks, window=window, with_402="402" in config.faults)
+    slow_rate = min(0.02, config.duration / SECONDS_PER_SLOW_ANSWER / (config.tasks * CALLS_PER_TASK))
+    settings = DeploymentSettings(
+        server_url=config.server_url,
+        database=config.database,
+        workers=config.workers,
+        lease_seconds=config.lease_seconds,
+        sweep_interval=config.sweep_interval,
+        redelivery_grace=config.redelivery_grace,
+        simulator_args=fault_module.simulator_args(
+            faults=config.faults, seed=config.seed, slow_rate=slow_rate, broke_users=broke_users
+        ),
+    )
+    deployment = Deployment(settings, run_dir)
+    began = time.monotonic()
+    try:
+        progress(f"chaos: deploying ({config.workers} workers) in {run_dir}")
+        deployment.start()
+        injector = fault_module.FaultInjector(deployment, seed=config.seed, lease_seconds=config.lease_seconds)
+        scheduled = fault_module.schedule(seed=config.seed, faults=config.faults, window=config.duration * 0.8)
+        submitter = Submitter(deployment.api_url, deployment.api_token)
+        progress(
+            f"chaos: submitting {config.tasks} tasks over {window:.0f} s with {len(scheduled)} scheduled faults "
+            f"(seed {config.seed})"
+        )
+        stop = threading.Event()
+        started = time.monotonic()
+        threads = [
+            threading.Thread(target=submitter.run, args=(planned, started, stop), name="submitter"),
+            threading.Thread(target=injector.run, args=(scheduled, started, stop), name="faults"),
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(timeout=1)
+        except KeyboardInterrupt:
+            stop.set()
+            raise
+        remaining = config.duration - (time.monotonic() - started)
+        settled = _settle(config.settle_timeout + max(0.0, remaining), progress)
+        deployment.stop_workers()  # no more platform calls: the simulator's record is final
+        record = _record(config, deployment, submitter, injector, planned)
+    finally:
+        deployment.stop(drop_database=not config.keep_database)
+    results = invariants.check(record)
+    result = CampaignResult(run_dir, record, results, settled, time.monotonic() - began)
+    (run_dir / "record.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+    (run_dir / "report.txt").write_text(report(result) + "\n")
+    return result
+
+
+def _settle(timeout: float, progress) -> bool:
+    """Wait until every task is in a terminal state; False when the time ran out."""
+    from django.db import close_old_connections
+
+    from tasks.models import Task
+
+    deadline = time.monotonic() + timeout
+    last_report = 0.0
+    while True:
+        close_old_connections()
+        try:
+            open_tasks = Task.objects.exclude(state__in=TERMINAL_STATES).count()
+        except Exception as exc:  # the database may still be recovering from the injected faults
+            progress(f"chaos: settle check failed ({type(exc).__name__}), trying again")
+            open_tasks = -1
+        if open_tasks == 0:
+            return True
+        now = time.monotonic()
+        if now >= deadline:
+            progress(f"chaos: {open_tasks} tasks still not terminal after {timeout:.0f} s")
+            return False
+        if now - last_report >= 15:
+            progress(f"chaos: settling, {open_tasks} tasks not terminal yet")
+            last_report = now
+        time.sleep(1)
+
+
+def _record(config, deployment: Deployment, submitter: Submitter, injector, planned) -> dict:
+    from django.conf import settings
+    from django.db import close_old_connections
+
+    from dlq.models import DLQItem
+    from tasks import registry
+    from tasks.demo.platform_simulator import SimulatorControl
+    from tasks.models import StepAttempt, Task
+
+    close_old_connections()
+    pipeline = registry.get("report")
+    control = SimulatorControl(deployment.simulator_url, timeout=60)
+    tasks = [
+        {**row, "id": str(row["id"]), "deadline": row["deadline"].isoformat() if row["deadline"] else None}
+        for row in Task.objects.values(
+            "id",
+            "pipeline",
+            "state",
+            "input",
+            "generation",
+            "idempotency_key",
+            "failure_reason",
+            "failure_code",
+            "deadline",
+        )
+    ]
+    return {
+        "meta": {
+            "seed": config.seed,
+            "tasks": config.tasks,
+            "workers": config.workers,
+            "duration": config.duration,
+            "faults_enabled": sorted(config.faults),
+            "max_crashes": settings.RELIABILITY_MAX_CRASHES,
+            "lease_seconds": config.lease_seconds,
+            "worker_replacements": deployment.pool.replacements if deployment.pool else 0,
+            "policies": {
+                "report": {
+                    "steps": [step.name for step in pipeline.steps],
+                    "max_attempts": max(pipeline.retry_policy_for(step).max_attempts for step in pipeline.steps),
+                    "compensation_max_attempts": max(step.compensation_retry.max_attempts for step in pipeline.steps),
+                }
+            },
+        },
+        "faults": injector.log,
+        "submissions": submitter.records,
+        "tasks": tasks,
+        "dlq_items": [
+            {**row, "task_id": str(row["task_id"])}
+            for row in DLQItem.objects.values("task_id", "status", "reason_code")
+        ],
+        "attempts": [
+            {**row, "task_id": str(row["task_id"])}
+            for row in StepAttempt.objects.values(
+                "task_id", "kind", "generation", "step_index", "step_name", "attempt", "outcome"
+            )
+        ],
+        "calls": control.calls(),
+        "platform": control.state(),
+    }
+
+
+def report(result: CampaignResult) -> str:
+    record = result.record
+    states: dict[str, int] = {}
+    for task in record["tasks"]:
+        states[task["state"]] = states.get(task["state"], 0) + 1
+    accepted = sum(1 for s in record["submissions"] if s["status"] in (200, 201))
+    lines = [
+        f"chaos campaign, seed {record['meta']['seed']}: {len(record['submissions'])} submissions "
+        f"({accepted} accepted), {len(record['tasks'])} tasks "
+        f"({', '.join(f'{n} {s}' for s, n in sorted(states.items()))}), "
+        f"{len(record['calls'])} platform calls, {result.seconds:.0f} s",
+        "",
+        invariants.format_table(record, result.results),
+    ]
+    if not result.settled:
+        lines.append("\nFAIL: the system did not settle (tasks left in non-terminal states)")
+    lines.append(f"\n{'PASS' if result.passed else 'FAIL'}: record and logs in {result.run_dir}")
+    return "\n".join(lines)
+
+
+__all__ = ["CampaignConfig", "CampaignResult", "DeploymentError", "report", "run"]

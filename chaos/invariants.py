@@ -1,0 +1,544 @@
+"""Invariants of a recorded chaos run: what must hold however hard the deployment was faulted.
+
+Standard library only, no Django: the campaign dumps a *recorded run* (one JSON document) and this
+module judges it, so a run can be judged again from its file alone (``python -m chaos.check``).
+
+A recorded run is an object with these sections. The fields listed are the ones the checker reads and
+requires; any other field (a submission's body, a task's input or failure) is kept for people reading it::
+
+    meta         {"seed", "tasks", "workers", "max_crashes",
+                  "policies": {pipeline: {"max_attempts", "compensation_max_attempts"}}}
+    faults       [{"kind", "at", "detail"}]                       what the campaign did to the deployment
+    submissions  [{"request_id", "idempotency_key", "status", "task_id", "replayed"}]   status 0: no answer
+    tasks        [{"id", "pipeline", "state", "generation", "idempotency_key"}]
+    dlq_items    [{"task_id", "status", "reason_code"}]
+    attempts     [{"task_id", "kind", "generation", "step_index", "step_name", "attempt", "outcome"}]
+    calls        ReportPlatformSimulator.calls(), unchanged
+    platform     ReportPlatformSimulator.state(), unchanged
+
+States, statuses, kinds and outcomes are the values of tasks.models and dlq.models (a unit test keeps the
+copies below in step with them).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["InvariantResult", "RecordError", "check", "fault_summary", "format_table", "validate_record"]
+
+TERMINAL_STATES = frozenset({"succeeded", "failed", "compensated", "compensation_failed"})
+NOT_SUCCEEDED_STATES = frozenset({"failed", "compensated", "compensation_failed"})
+TASK_STATES = TERMINAL_STATES | {"queued", "running", "retry_scheduled", "compensating"}
+UNRESOLVED_DLQ_STATUSES = frozenset({"open", "retrying", "compensating", "compensated"})
+DLQ_STATUSES = UNRESOLVED_DLQ_STATUSES | {"resolved"}
+ATTEMPT_KINDS = frozenset({"step", "compensation", "failure_notice"})
+ATTEMPT_OUTCOMES = frozenset(
+    {"succeeded", "transient_error", "permanent_error", "timeout", "crashed", "deadline_exceeded"}
+)
+# The API answers a new task with 201 and replays that answer for a repeated key; 200 would be a success too.
+ACCEPTED_STATUSES = frozenset({200, 201})
+# Only the demo report pipeline acts on the report platform; other pipelines have no effects to check.
+PLATFORM_PIPELINE = "report"
+# Under a failing invariant the table shows this many violations and counts the rest.
+VIOLATIONS_SHOWN = 5
+
+
+class RecordError(ValueError):
+    """A recorded run that is not structurally valid; the message is one readable line."""
+
+
+@dataclass(frozen=True)
+class InvariantResult:
+    name: str
+    description: str
+    checked: int
+    violations: tuple[str, ...] = ()
+
+    @property
+    def holds(self) -> bool:
+        return not self.violations
+
+
+# --- structure ------------------------------------------------------------------------------------------------------
+
+_NONE = type(None)
+_STR, _OPT_STR, _INT, _OPT_INT, _BOOL, _NUMBER = (str,), (str, _NONE), (int,), (int, _NONE), (bool,), (float,)
+_SECTIONS = {
+    "meta": dict,
+    "faults": list,
+    "submissions": list,
+    "tasks": list,
+    "dlq_items": list,
+    "attempts": list,
+    "calls": list,
+    "platform": dict,
+}
+_META_FIELDS = {"seed": _INT, "tasks": _INT, "workers": _INT, "max_crashes": _INT, "policies": (dict,)}
+_POLICY_FIELDS = {"max_attempts": _INT, "compensation_max_attempts": _INT}
+_ITEM_FIELDS = {
+    "faults": {"kind": _STR, "at": _NUMBER, "detail": _STR},
+    "submissions": {
+        "request_id": _STR,
+        "idempotency_key": _OPT_STR,
+        "status": _INT,
+        "task_id": _OPT_STR,
+        "replayed": _BOOL,
+    },
+    "tasks": {"id": _STR, "pipeline": _STR, "state": _STR, "generation": _INT, "idempotency_key": _OPT_STR},
+    "dlq_items": {"task_id": _STR, "status": _STR, "reason_code": _STR},
+    "attempts": {
+        "task_id": _STR,
+        "kind": _STR,
+        "generation": _INT,
+        "step_index": _INT,
+        "step_name": _STR,
+        "attempt": _INT,
+        "outcome": _STR,
+    },
+    "calls": {
+        "seq": _INT,
+        "method": _STR,
+        "path": _STR,
+        "task_id": _OPT_STR,
+        "idempotency_key": _OPT_STR,
+        "deadline_ms": _OPT_INT,
+        "received_ms": _INT,
+        "status": _INT,
+        "replayed": _BOOL,
+        "effect": _BOOL,
+        "fault": _OPT_STR,
+        "late": _BOOL,
+        "body": (object,),
+        "kind": _OPT_STR,
+    },
+}
+_CHOICES = {
+    "tasks": {"state": TASK_STATES},
+    "dlq_items": {"status": DLQ_STATUSES},
+    "attempts": {"kind": ATTEMPT_KINDS, "outcome": ATTEMPT_OUTCOMES},
+}
+_PLATFORM_FIELDS = {"charges": (dict,), "files": (dict,), "notifications": (list,), "reports": (list,)}
+_CHARGE_FIELDS = {"task_id": _OPT_STR, "refunded": _BOOL}
+_EFFECT_FIELDS = {"task_id": _OPT_STR}
+_TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    dict: "an object",
+    list: "a list",
+    _NONE: "null",
+}
+
+
+def validate_record(record: Any) -> None:
+    """Raise ``RecordError`` naming the first place where ``record`` is not a recorded run."""
+    _fields(record, {section: (kind,) for section, kind in _SECTIONS.items()}, "")
+    _fields(record["meta"], _META_FIELDS, "meta")
+    for pipeline, policy in record["meta"]["policies"].items():
+        where = f"meta.policies.{pipeline}"
+        _fields(policy, _POLICY_FIELDS, where)
+        for name in _POLICY_FIELDS:
+            if policy[name] < 1:
+                raise RecordError(f"{where}.{name}: must be at least 1, got {policy[name]}")
+    for section, fields in _ITEM_FIELDS.items():
+        for index, item in enumerate(record[section]):
+            where = f"{section}[{index}]"
+            _fields(item, fields, where)
+            for name, allowed in _CHOICES.get(section, {}).items():
+                if item[name] not in allowed:
+                    raise RecordError(
+                        f"{where}.{name}: expected one of {', '.join(sorted(allowed))}, got {item[name]!r}"
+                    )
+    duplicates = [task_id for task_id, n in Counter(t["id"] for t in record["tasks"]).items() if n > 1]
+    if duplicates:
+        raise RecordError(f"tasks: task {duplicates[0]} is listed more than once")
+    platform = record["platform"]
+    _fields(platform, _PLATFORM_FIELDS, "platform")
+    for charge_id, charge in platform["charges"].items():
+        _fields(charge, _CHARGE_FIELDS, f"platform.charges.{charge_id}")
+    for name, file in platform["files"].items():
+        _fields(file, _EFFECT_FIELDS, f"platform.files.{name}")
+    for section in ("notifications", "reports"):
+        for index, item in enumerate(platform[section]):
+            _fields(item, _EFFECT_FIELDS, f"platform.{section}[{index}]")
+
+
+def _fields(value: Any, fields: dict[str, tuple[type, ...]], where: str) -> None:
+    if not isinstance(value, dict):
+        raise RecordError(f"{where or 'the record'}: expected an object, got {_shown(value)}")
+    for name, types in fields.items():
+        if name not in value:
+            raise RecordError(f"{where or 'the record'}: missing {name!r}")
+        field = value[name]
+        if float in types and isinstance(field, int) and not isinstance(field, bool):
+            field = float(field)  # JSON has one number type: 3 is as good a number of seconds as 3.0
+        # bool is an int to isinstance(); a recorded true is never a count.
+        if not isinstance(field, types) or (isinstance(field, bool) and bool not in types and object not in types):
+            expected = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
+            raise RecordError(f"{where + '.' if where else ''}{name}: expected {expected}, got {_shown(field)}")
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=repr) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# --- the run, indexed -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Run:
+    record: dict
+    tasks: dict[str, dict]
+    charges: dict[str, list[tuple[str, dict]]]  # task id -> [(charge id, charge)]
+    files: dict[str, list[str]]  # task id -> file names
+    reports: Counter[str]
+    notifications: Counter[str]
+    dlq_items: dict[str, list[dict]]
+
+    @classmethod
+    def of(cls, record: dict) -> _Run:
+        platform = record["platform"]
+        charges: dict[str, list[tuple[str, dict]]] = defaultdict(list)
+        for charge_id, charge in platform["charges"].items():
+            charges[charge["task_id"]].append((charge_id, charge))
+        files: dict[str, list[str]] = defaultdict(list)
+        for name, file in sorted(platform["files"].items()):
+            files[file["task_id"]].append(name)
+        dlq_items: dict[str, list[dict]] = defaultdict(list)
+        for item in record["dlq_items"]:
+            dlq_items[item["task_id"]].append(item)
+        return cls(
+            record=record,
+            tasks={task["id"]: task for task in record["tasks"]},
+            charges=dict(charges),
+            files=dict(files),
+            reports=Counter(report["task_id"] for report in platform["reports"]),
+            notifications=Counter(notification["task_id"] for notification in platform["notifications"]),
+            dlq_items=dict(dlq_items),
+        )
+
+    def generations(self, task_id: str) -> int:
+        """Generations a task has started: each one compensated may leave a refunded charge, a report, a notice."""
+        task = self.tasks.get(task_id)
+        return task["generation"] + 1 if task is not None else 1
+
+    def platform_tasks(self, states: frozenset[str]) -> list[dict]:
+        return [t for t in self.tasks.values() if t["pipeline"] == PLATFORM_PIPELINE and t["state"] in states]
+
+    def accepted(self) -> list[dict]:
+        return [s for s in self.record["submissions"] if s["status"] in ACCEPTED_STATUSES]
+
+
+_Invariant = Callable[[_Run], InvariantResult]
+_INVARIANTS: list[_Invariant] = []
+
+
+def _invariant(name: str, description: str) -> Callable[[Callable[[_Run], tuple[int, list[str]]]], _Invariant]:
+    """Register a function returning (things checked, violations) as the invariant ``name``."""
+
+    def register(function: Callable[[_Run], tuple[int, list[str]]]) -> _Invariant:
+        def judge(run: _Run) -> InvariantResult:
+            checked, violations = function(run)
+            return InvariantResult(name, description, checked, tuple(violations))
+
+        _INVARIANTS.append(judge)
+        return judge
+
+    return register
+
+
+def check(record: dict) -> list[InvariantResult]:
+    """Judge a recorded run against every invariant, in a fixed order; ``RecordError`` if it is malformed."""
+    validate_record(record)
+    run = _Run.of(record)
+    return [invariant(run) for invariant in _INVARIANTS]
+
+
+def _between(count: int, generations: int) -> bool:
+    return 1 <= count <= generations
+
+
+def _expected(generations: int) -> str:
+    return "1" if generations == 1 else f"1 to {generations} (one per generation)"
+
+
+# --- the invariants -------------------------------------------------------------------------------------------------
+
+
+@_invariant("all_terminal", "every accepted submission names a task that exists and is in a terminal state")
+def _all_terminal(run: _Run) -> tuple[int, list[str]]:
+    violations: list[str] = []
+    requests_by_task: dict[str, list[str]] = defaultdict(list)
+    accepted = run.accepted()
+    for submission in accepted:
+        if submission["task_id"] is None:
+            violations.append(
+                f"request {submission['request_id']}: accepted ({submission['status']}) but names no task"
+            )
+        else:
+            requests_by_task[submission["task_id"]].append(submission["request_id"])
+    for task_id, request_ids in requests_by_task.items():
+        task = run.tasks.get(task_id)
+        requests = ", ".join(request_ids)
+        if task is None:
+            violations.append(f"task {task_id} (request {requests}): lost task, no such task")
+        elif task["state"] not in TERMINAL_STATES:
+            violations.append(f"task {task_id} (request {requests}): lost task, still {task['state']}")
+    return len(accepted), violations
+
+
+@_invariant("one_task_per_key", "accepted submissions sharing an idempotency key got one task; one task row per key")
+def _one_task_per_key(run: _Run) -> tuple[int, list[str]]:
+    # Keys are scoped per API client; a campaign submits as one client, so the key alone identifies a request.
+    answered: dict[str, list[str]] = defaultdict(list)
+    for submission in run.accepted():
+        key, task_id = submission["idempotency_key"], submission["task_id"]
+        if key is not None and task_id is not None and task_id not in answered[key]:
+            answered[key].append(task_id)
+    rows: dict[str, list[str]] = defaultdict(list)
+    for task in run.tasks.values():
+        if task["idempotency_key"] is not None:
+            rows[task["idempotency_key"]].append(task["id"])
+    violations = [
+        f"key {key}: accepted submissions got {len(ids)} tasks ({', '.join(ids)})"
+        for key, ids in answered.items()
+        if len(ids) > 1
+    ]
+    violations += [
+        f"key {key}: {len(ids)} task rows carry it ({', '.join(ids)})" for key, ids in rows.items() if len(ids) > 1
+    ]
+    return len(answered.keys() | rows.keys()), violations
+
+
+@_invariant(
+    "succeeded_effects_once",
+    "a succeeded report task has one charge not refunded, one report, its own file and one notification",
+)
+def _succeeded_effects_once(run: _Run) -> tuple[int, list[str]]:
+    violations = []
+    tasks = run.platform_tasks(frozenset({"succeeded"}))
+    for task in tasks:
+        task_id, generations = task["id"], run.generations(task["id"])
+        problems = []
+        kept = [charge_id for charge_id, charge in run.charges.get(task_id, []) if not charge["refunded"]]
+        if len(kept) != 1:
+            problems.append(f"{len(kept)} charges not refunded ({', '.join(kept) or 'none'}), expected 1")
+        if not _between(run.reports[task_id], generations):
+            problems.append(f"{run.reports[task_id]} reports, expected {_expected(generations)}")
+        own_file = f"report-{task_id}-g{task['generation']}.txt"
+        files = run.files.get(task_id, [])
+        if files != [own_file]:
+            problems.append(f"files ({', '.join(files) or 'none'}), expected only {own_file}")
+        if not _between(run.notifications[task_id], generations):
+            problems.append(f"{run.notifications[task_id]} notifications, expected {_expected(generations)}")
+        if problems:
+            violations.append(f"task {task_id}: " + "; ".join(problems))
+    return len(tasks), violations
+
+
+@_invariant(
+    "failed_compensated",
+    "a report task that did not succeed has its charges refunded, no file, one open DLQ item, at most one notice",
+)
+def _failed_compensated(run: _Run) -> tuple[int, list[str]]:
+    violations = []
+    tasks = run.platform_tasks(NOT_SUCCEEDED_STATES)
+    for task in tasks:
+        task_id, generations = task["id"], run.generations(task["id"])
+        problems = []
+        kept = [charge_id for charge_id, charge in run.charges.get(task_id, []) if not charge["refunded"]]
+        if kept:
+            problems.append(f"charge {', '.join(kept)} not refunded")
+        if run.files.get(task_id):
+            problems.append(f"file {', '.join(run.files[task_id])} left at the platform")
+        unresolved = [item for item in run.dlq_items.get(task_id, []) if item["status"] in UNRESOLVED_DLQ_STATUSES]
+        if len(unresolved) != 1:
+            problems.append(f"{len(unresolved)} unresolved DLQ items, expected 1")
+        elif not unresolved[0]["reason_code"].strip():
+            problems.append("its DLQ item has no reason code")
+        if run.notifications[task_id] > generations:
+            problems.append(f"{run.notifications[task_id]} failure notifications, expected at most {generations}")
+        if problems:
+            violations.append(f"task {task_id} ({task['state']}): " + "; ".join(problems))
+    return len(tasks), violations
+
+
+@_invariant("no_duplicate_charge", "at most one charge per task and generation, refunded or not")
+def _no_duplicate_charge(run: _Run) -> tuple[int, list[str]]:
+    violations = []
+    for task_id, charges in run.charges.items():
+        generations = run.generations(task_id)
+        if len(charges) > generations:
+            ids = ", ".join(charge_id for charge_id, _ in charges)
+            violations.append(f"task {task_id}: {len(charges)} charges ({ids}), expected at most {generations}")
+    return len(run.charges), violations
+
+
+@_invariant(
+    "no_refund_without_charge",
+    "every refund that took effect undoes an existing charge of the same task; none for a succeeded task",
+)
+def _no_refund_without_charge(run: _Run) -> tuple[int, list[str]]:
+    violations = []
+    charges = run.record["platform"]["charges"]
+    refunds = [call for call in run.record["calls"] if call["kind"] == "refund" and call["effect"]]
+    seqs_by_task: dict[str, list[str]] = defaultdict(list)
+    for call in refunds:
+        charge_id = _refunded_charge_id(call["path"])
+        charge = charges.get(charge_id)
+        if charge is None:
+            violations.append(
+                f"call seq {call['seq']}: task {call['task_id']} refunded charge {charge_id}, which does not exist"
+            )
+        elif charge["task_id"] != call["task_id"]:
+            owner = charge["task_id"]
+            violations.append(
+                f"call seq {call['seq']}: task {call['task_id']} refunded charge {charge_id} of task {owner}"
+            )
+        seqs_by_task[call["task_id"]].append(str(call["seq"]))
+    for task_id, seqs in seqs_by_task.items():
+        task = run.tasks.get(task_id)
+        # Each earlier generation was compensated, so a task retried from the start may have refunded that often.
+        if task is not None and task["state"] == "succeeded" and len(seqs) > task["generation"]:
+            violations.append(f"task {task_id}: succeeded, yet refunded (call seq {', '.join(seqs)})")
+    return len(refunds), violations
+
+
+def _refunded_charge_id(path: str) -> str:
+    # The simulator routes a refund only at /v1/quota/charges/<charge id>/refund; a hand-edited record may not.
+    parts = path.split("/")
+    return urllib.parse.unquote(parts[4]) if len(parts) == 6 else path
+
+
+@_invariant("no_late_calls", "no call reached the platform after the deadline it carried")
+def _no_late_calls(run: _Run) -> tuple[int, list[str]]:
+    violations = []
+    calls = run.record["calls"]
+    for call in calls:
+        deadline, received = call["deadline_ms"], call["received_ms"]
+        if call["late"] or (deadline is not None and received > deadline):
+            by = f" {received - deadline} ms" if deadline is not None and received > deadline else ""
+            violations.append(
+                f"call seq {call['seq']}: {call['method']} {call['path']} (task {call['task_id']}) arrived{by} late"
+            )
+    return len(calls), violations
+
+
+@_invariant("no_key_reuse", "no idempotency key at the platform was used for two different requests")
+def _no_key_reuse(run: _Run) -> tuple[int, list[str]]:
+    calls = run.record["calls"]
+    requests: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for call in calls:
+        if call["idempotency_key"] is not None:
+            requests[call["idempotency_key"]][_fingerprint(call)].append(call)
+    violations, reused = [], set()
+    for key, by_request in requests.items():
+        if len(by_request) > 1:
+            reused.add(key)
+            firsts = "; ".join(f"seq {c[0]['seq']}: {c[0]['method']} {c[0]['path']}" for c in by_request.values())
+            violations.append(f"key {key}: used for {len(by_request)} different requests ({firsts})")
+    # The simulator answers 422 only to a reused key (an injected 422 carries a fault label). This also
+    # catches a first use that happened before the recording started.
+    for call in calls:
+        if call["status"] == 422 and call["fault"] is None and call["idempotency_key"] not in reused:
+            violations.append(f"call seq {call['seq']}: key {call['idempotency_key']} answered 422 (key reused)")
+    return len(requests), violations
+
+
+def _fingerprint(call: dict) -> str:
+    # The simulator's own request fingerprint: method, path and the canonical JSON of the body.
+    return f"{call['method']} {call['path']} {json.dumps(call['body'], sort_keys=True, separators=(',', ':'))}"
+
+
+@_invariant(
+    "attempts_within_policy",
+    "per task generation: tries within the retry budgets and crashes within max_crashes "
+    "(pipelines absent from meta.policies are skipped and not counted)",
+)
+def _attempts_within_policy(run: _Run) -> tuple[int, list[str]]:
+    meta = run.record["meta"]
+    policies, max_crashes = meta["policies"], meta["max_crashes"]
+    by_generation: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    for attempt in run.record["attempts"]:
+        task = run.tasks.get(attempt["task_id"])
+        if task is not None and task["pipeline"] in policies:
+            by_generation[(attempt["task_id"], attempt["generation"])].append(attempt)
+    violations = []
+    for (task_id, generation), attempts in by_generation.items():
+        policy = policies[run.tasks[task_id]["pipeline"]]
+        where = f"task {task_id} generation {generation}"
+        step_crashes = sum(1 for a in attempts if a["outcome"] == "crashed" and a["kind"] == "step")
+        cleanup_crashes = sum(1 for a in attempts if a["outcome"] == "crashed" and a["kind"] != "step")
+        # A compensation run counts its tries from 1; a crash starts a new run, with a fresh budget.
+        cleanup_runs = 1 + cleanup_crashes
+        budgets = {
+            "step": policy["max_attempts"],
+            "compensation": policy["compensation_max_attempts"] * cleanup_runs,
+            "failure_notice": policy["max_attempts"] * cleanup_runs,
+        }
+        tries = Counter((a["kind"], a["step_index"], a["step_name"]) for a in attempts if a["outcome"] != "crashed")
+        for (kind, _, step_name), count in tries.items():
+            if count > budgets[kind]:
+                violations.append(f"{where}: {kind} {step_name!r} tried {count} times, budget {budgets[kind]}")
+        if step_crashes > max_crashes:
+            violations.append(f"{where}: {step_crashes} crashes while running, max_crashes {max_crashes}")
+        # The sweeper fails a phase when the shared crash count reaches max_crashes, so the compensation
+        # after a crash loop still gets its one crash.
+        crash_budget = max(max_crashes, step_crashes + 1)
+        if step_crashes + cleanup_crashes > crash_budget:
+            violations.append(f"{where}: {step_crashes + cleanup_crashes} crashes in all, budget {crash_budget}")
+    return len(by_generation), violations
+
+
+# --- reporting ------------------------------------------------------------------------------------------------------
+
+
+def fault_summary(record: dict) -> list[tuple[str, int]]:
+    """Faults the campaign injected (by kind, in order of first use), then those the platform injected."""
+    # The campaign marks a fault it tried and failed to inject: it must not pass for one that happened.
+    injected = Counter(
+        f"{fault['kind']} (failed to inject)" if fault.get("failed") is True else fault["kind"]
+        for fault in record["faults"]
+    )
+    platform: Counter[str] = Counter()
+    for call in record["calls"]:
+        if call["fault"] is not None:
+            platform[f"platform {call['fault']}"] += 1
+        elif call["status"] == 402 and not call["replayed"]:
+            # A replayed 402 repeats an answer already counted.
+            platform["platform 402 insufficient quota"] += 1
+    return list(injected.items()) + sorted(platform.items())
+
+
+def format_table(record: dict, results: list[InvariantResult]) -> str:
+    """A plain-text report: the faults injected, then each invariant with its first violations when it fails."""
+    meta = record["meta"]
+    lines = [
+        f"chaos run: seed {meta['seed']}, {meta['tasks']} tasks, {meta['workers']} workers, "
+        f"max_crashes {meta['max_crashes']}",
+        "",
+    ]
+    faults = fault_summary(record)
+    width = max([len("fault injected"), *(len(kind) for kind, _ in faults)])
+    lines.append(f"{'fault injected':<{width}}  {'count':>7}")
+    lines += [f"{kind:<{width}}  {count:>7}" for kind, count in faults] or ["(none)"]
+    lines.append("")
+    width = max([len("invariant"), *(len(result.name) for result in results)])
+    lines.append(f"{'invariant':<{width}}  {'checked':>7}  {'violations':>10}  result")
+    for result in results:
+        verdict = "PASS" if result.holds else "FAIL"
+        lines.append(f"{result.name:<{width}}  {result.checked:>7}  {len(result.violations):>10}  {verdict}")
+        if not result.holds:
+            lines.append(f"    {result.description}")
+            lines += [f"    - {violation}" for violation in result.violations[:VIOLATIONS_SHOWN]]
+            if len(result.violations) > VIOLATIONS_SHOWN:
+                lines.append(f"    ... and {len(result.violations) - VIOLATIONS_SHOWN} more")
+    lines += ["", f"{sum(result.holds for result in results)} of {len(results)} invariants hold"]
+    return "\n".join(lines)

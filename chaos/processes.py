@@ -1,0 +1,181 @@
+"""The processes a campaign starts: a private redis-server, manage.py commands, gunicorn, a worker pool.
+
+Each child runs in its own process group with its output in a log file of the run's directory, so a
+campaign can kill, stop and continue one process without touching anything it did not start.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from reliability_console.local_redis import redis_server_argv
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class DeploymentError(RuntimeError):
+    """A part of the deployment did not start or answer in time."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise DeploymentError(f"{what} did not happen within {timeout:.0f} s")
+        time.sleep(interval)
+
+
+def manage_argv(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "manage.py"), *args]
+
+
+class Child:
+    """One child process with its log file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            argv, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, process_group=0
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.process.pid, sig)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.alive():
+            # A stopped process cannot act on SIGTERM until it is continued.
+            self.signal(signal.SIGCONT)
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        else:
+            self.process.wait()
+        self._log.close()
+
+    def tail(self, chars: int = 3000) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+
+class PrivateRedis:
+    """A redis-server of the campaign's own, on a free port, that can be restarted and flushed."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.port = free_port()
+        self.directory = log_dir / "redis"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.log_dir = log_dir
+        self.child: Child | None = None
+        self._starts = itertools.count(1)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        argv = redis_server_argv(self.port, str(self.directory))
+        self.child = Child(f"redis-{next(self._starts)}", argv, dict(os.environ), self.log_dir)
+        wait_until(self.ping, 15, f"redis-server on port {self.port}")
+
+    def stop(self) -> None:
+        if self.child is not None:
+            self.child.stop()
+            self.child = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def command(self, *words: str) -> bytes:
+        payload = f"*{len(words)}\r\n" + "".join(f"${len(w)}\r\n{w}\r\n" for w in words)
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
+            sock.sendall(payload.encode())
+            return sock.recv(64)
+
+    def ping(self) -> bool:
+        try:
+            return self.command("PING").startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def flushall(self) -> None:
+        if not self.command("FLUSHALL").startswith(b"+OK"):
+            raise DeploymentError("redis FLUSHALL was refused")
+
+
+class WorkerPool:
+    """``manage.py rqworker`` processes; a watcher replaces any that exits (killed or crashed)."""
+
+    def __init__(self, count: int, env: dict[str, str], log_dir: Path) -> None:
+        self.env = env
+        self.log_dir = log_dir
+        self._numbers = itertools.count(1)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.workers: list[Child] = [self._spawn() for _ in range(count)]
+        self.retired: list[Child] = []
+        self.replacements = 0
+        self._watcher = threading.Thread(target=self._watch, name="worker-pool", daemon=True)
+        self._watcher.start()
+
+    def _spawn(self) -> Child:
+        return Child(
+            f"worker-{next(self._numbers)}", manage_argv("rqworker", "--with-scheduler"), self.env, self.log_dir
+        )
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            with self._lock:
+                for index, worker in enumerate(self.workers):
+                    if not worker.alive():
+                        self.retired.append(worker)
+                        self.workers[index] = self._spawn()
+                        self.replacements += 1
+
+    def live(self) -> list[Child]:
+        with self._lock:
+            return [w for w in self.workers if w.alive()]
+
+    def by_pid(self, pid: int) -> Child | None:
+        with self._lock:
+            return next((w for w in self.workers if w.pid == pid and w.alive()), None)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._watcher.join(timeout=5)
+        with self._lock:
+            children = self.workers + self.retired
+        for child in children:
+            child.stop()
