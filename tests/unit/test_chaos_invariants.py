@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import invariants
+from chaos import record as record_format
 from chaos.invariants import RecordError, check, fault_summary, format_table, validate_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -294,12 +294,12 @@ def test_the_copied_states_and_outcomes_are_the_engines():
     from dlq.models import UNRESOLVED_STATUSES, DLQStatus
     from tasks.models import TERMINAL_STATES, AttemptKind, AttemptOutcome, TaskState
 
-    assert invariants.TASK_STATES == set(TaskState.values)
-    assert invariants.TERMINAL_STATES == set(TERMINAL_STATES)
-    assert invariants.DLQ_STATUSES == set(DLQStatus.values)
-    assert invariants.UNRESOLVED_DLQ_STATUSES == set(UNRESOLVED_STATUSES)
-    assert invariants.ATTEMPT_KINDS == set(AttemptKind.values)
-    assert invariants.ATTEMPT_OUTCOMES == set(AttemptOutcome.values)
+    assert record_format.TASK_STATES == set(TaskState.values)
+    assert record_format.TERMINAL_STATES == set(TERMINAL_STATES)
+    assert record_format.DLQ_STATUSES == set(DLQStatus.values)
+    assert record_format.UNRESOLVED_DLQ_STATUSES == set(UNRESOLVED_STATUSES)
+    assert record_format.ATTEMPT_KINDS == set(AttemptKind.values)
+    assert record_format.ATTEMPT_OUTCOMES == set(AttemptOutcome.values)
 
 
 def test_the_checker_and_its_command_line_import_no_django():
