@@ -10,14 +10,22 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from chaos.processes import Child, DeploymentError, PrivateRedis, WorkerPool, free_port, manage_argv, wait_until
+from chaos.processes import (
+    Child,
+    DeploymentError,
+    PrivateRedis,
+    WorkerPool,
+    free_port,
+    gunicorn_argv,
+    manage_argv,
+    wait_until,
+)
 
 # gunicorn for the campaign's clients: 2 processes with threads, as the README suggests for 2 cores.
 WEB_PROCESSES = 2
@@ -138,22 +146,7 @@ class Deployment:
     def _start_web(self) -> Child:
         port = free_port()
         self.api_url = f"http://127.0.0.1:{port}"
-        argv = [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "reliability_console.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            str(WEB_PROCESSES),
-            "--worker-class",
-            "gthread",
-            "--threads",
-            str(WEB_THREADS),
-            "--graceful-timeout",
-            "5",
-        ]
+        argv = gunicorn_argv(port, processes=WEB_PROCESSES, threads=WEB_THREADS)
         web = Child("web", argv, self.env, self.log_dir)
 
         def ready() -> bool:

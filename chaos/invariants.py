@@ -51,6 +51,7 @@ class _Run:
     files: dict[str, list[str]]  # task id -> file names
     reports: Counter[str]
     notifications: Counter[str]
+    failure_notices: Counter[str]
     dlq_items: dict[str, list[dict]]
 
     @classmethod
@@ -72,6 +73,7 @@ class _Run:
             files=dict(files),
             reports=Counter(report["task_id"] for report in platform["reports"]),
             notifications=Counter(notification["task_id"] for notification in platform["notifications"]),
+            failure_notices=_failure_notices(record),
             dlq_items=dict(dlq_items),
         )
 
@@ -85,6 +87,26 @@ class _Run:
 
     def accepted(self) -> list[dict]:
         return [s for s in self.record["submissions"] if s["status"] in ACCEPTED_STATUSES]
+
+
+def _failure_notices(record: dict) -> Counter[str]:
+    """Notifications sent by a task's failure notice, told from its step's by the effect key.
+
+    Effect keys are ``rc-<task>-g<generation>-<step>-<effect>``; the notice's step name comes from its
+    attempts. A failed task may also have sent its last step's notification (a timeout after the platform
+    acted), which is not a second notice.
+    """
+    notice_steps: dict[str, set[str]] = defaultdict(set)
+    for attempt in record["attempts"]:
+        if attempt["kind"] == "failure_notice":
+            notice_steps[attempt["task_id"]].add(attempt["step_name"])
+    return Counter(
+        call["task_id"]
+        for call in record["calls"]
+        if call["kind"] == "notification"
+        and call["effect"]
+        and any(f"-{step}-" in (call["idempotency_key"] or "") for step in notice_steps.get(call["task_id"], ()))
+    )
 
 
 _Invariant = Callable[[_Run], InvariantResult]
@@ -214,8 +236,8 @@ def _failed_compensated(run: _Run) -> tuple[int, list[str]]:
             problems.append(f"{len(unresolved)} unresolved DLQ items, expected 1")
         elif not unresolved[0]["reason_code"].strip():
             problems.append("its DLQ item has no reason code")
-        if run.notifications[task_id] > generations:
-            problems.append(f"{run.notifications[task_id]} failure notifications, expected at most {generations}")
+        if run.failure_notices[task_id] > generations:
+            problems.append(f"{run.failure_notices[task_id]} failure notices, expected at most {generations}")
         if problems:
             violations.append(f"task {task_id} ({task['state']}): " + "; ".join(problems))
     return len(tasks), violations

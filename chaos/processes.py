@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
-import signal
+import signal as signals
 import socket
 import subprocess
 import sys
@@ -51,9 +51,12 @@ def manage_argv(*args: str) -> list[str]:
 class Child:
     """One child process with its log file."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, *, unique_log=False) -> None:
         self.name = name
-        self.log_path = log_dir / f"{name}.log"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        # Unique names when many runs share one log folder (the test suite's).
+        suffix = f"-{os.getpid()}-{time.monotonic_ns()}" if unique_log else ""
+        self.log_path = log_dir / f"{name}{suffix}.log"
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             argv, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, process_group=0
@@ -70,10 +73,13 @@ class Child:
         if self.alive():
             os.kill(self.process.pid, sig)
 
+    def kill(self, sig: int = signals.SIGKILL) -> None:
+        self.signal(sig)
+
     def stop(self, timeout: float = 15.0) -> None:
         if self.alive():
             # A stopped process cannot act on SIGTERM until it is continued.
-            self.signal(signal.SIGCONT)
+            self.signal(signals.SIGCONT)
             self.process.terminate()
             try:
                 self.process.wait(timeout=timeout)
@@ -84,9 +90,14 @@ class Child:
             self.process.wait()
         self._log.close()
 
-    def tail(self, chars: int = 3000) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")[-chars:]
+    def tail(self, chars: int | None = 3000) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        text = self.log_path.read_text(errors="replace")
+        return text if chars is None else text[-chars:]
+
+    def output(self) -> str:
+        return self.tail(None)
 
 
 class PrivateRedis:
@@ -136,24 +147,29 @@ class PrivateRedis:
 
 
 class WorkerPool:
-    """``manage.py rqworker`` processes; a watcher replaces any that exits (killed or crashed)."""
+    """``manage.py rqworker --with-scheduler`` processes; with ``replace_dead`` a watcher replaces any that exits."""
 
-    def __init__(self, count: int, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, count: int, env: dict[str, str], log_dir: Path, *, replace_dead: bool = True, unique_logs: bool = False
+    ) -> None:
         self.env = env
         self.log_dir = log_dir
+        self.unique_logs = unique_logs
         self._numbers = itertools.count(1)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.workers: list[Child] = [self._spawn() for _ in range(count)]
         self.retired: list[Child] = []
         self.replacements = 0
-        self._watcher = threading.Thread(target=self._watch, name="worker-pool", daemon=True)
-        self._watcher.start()
+        self._watcher = None
+        if replace_dead:
+            self._watcher = threading.Thread(target=self._watch, name="worker-pool", daemon=True)
+            self._watcher.start()
 
     def _spawn(self) -> Child:
-        return Child(
-            f"worker-{next(self._numbers)}", manage_argv("rqworker", "--with-scheduler"), self.env, self.log_dir
-        )
+        name = "worker" if self.unique_logs else f"worker-{next(self._numbers)}"
+        argv = manage_argv("rqworker", "--with-scheduler")
+        return Child(name, argv, self.env, self.log_dir, unique_log=self.unique_logs)
 
     def _watch(self) -> None:
         while not self._stop.wait(0.2):
@@ -174,8 +190,32 @@ class WorkerPool:
 
     def stop(self) -> None:
         self._stop.set()
-        self._watcher.join(timeout=5)
+        if self._watcher is not None:
+            self._watcher.join(timeout=5)
         with self._lock:
             children = self.workers + self.retired
         for child in children:
             child.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {w.log_path.name}\n{w.tail(4000)}" for w in self.workers + self.retired)
+
+
+def gunicorn_argv(port: int, *, processes: int, threads: int) -> list[str]:
+    """gunicorn serving the project on 127.0.0.1 (gthread workers: the API waits on PostgreSQL, not the CPU)."""
+    return [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "reliability_console.wsgi:application",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        str(processes),
+        "--worker-class",
+        "gthread",
+        "--threads",
+        str(threads),
+        "--graceful-timeout",
+        "5",
+    ]
