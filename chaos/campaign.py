@@ -105,7 +105,7 @@ def run(config: CampaignConfig, *, progress=print) -> CampaignResult:
         progress(f"chaos: deploying ({config.workers} workers) in {run_dir}")
         deployment.start()
         injector = fault_module.FaultInjector(deployment, seed=config.seed, lease_seconds=config.lease_seconds)
-        scheduled = fault_module.schedule(seed=config.seed, faults=config.faults, window=config.duration * 0.8)
+        scheduled = fault_module.schedule(seed=config.seed, faults=config.faults, window=config.duration)
         submitter = Submitter(deployment.api_url, deployment.api_token)
         progress(
             f"chaos: submitting {config.tasks} tasks over {window:.0f} s with {len(scheduled)} scheduled faults "
