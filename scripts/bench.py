@@ -1,29 +1,50 @@
-"""`make bench`: the engine part (scripts/bench_engine.py), then the console part (scripts/bench_console.py).
+"""`make bench`: the engine, API, memory, recovery and console parts, one after the other.
 
-Prints both tables and writes ``var/bench/latest.json``:
+- engine (scripts/bench_engine.py): throughput against bare RQ and raw PostgreSQL commits;
+- API (scripts/bench_api.py): ``POST /api/v1/tasks`` requests/s and p50 / p99 latency through gunicorn, without
+  and with idempotency keys, and replays;
+- memory (scripts/bench_memory.py): a worker's RSS and peak RSS while it drains 10,000 tasks;
+- recovery (scripts/bench_recovery.py): from SIGKILL of a worker in mid-step to the step's next attempt starting
+  in another worker, with the default and with a short lease;
+- console (scripts/bench_console.py): the operator pages on millions of rows.
+
+Prints every table and writes ``var/bench/latest.json``:
 ``{"floors": [{"name", "value", "floor", "holds"}], "figures": {name: {"value", "unit"}}}`` with the figures
-of both parts. Floors are reported, never enforced: the exit status is non-zero only when a part crashed.
+of all parts run. Floors are reported, never enforced: the exit status is non-zero only when a part crashed.
+``--skip-engine``, ``--skip-api``, ``--skip-memory``, ``--skip-recovery`` and ``--skip-console`` leave a part out.
 
 The console part's own options (``--tasks``, ``--dlq-items``, ``--database``, ``--requests``, ``--redis-url``)
-pass through unchanged; the engine part's are the same as bench_engine.py's with an ``engine-`` prefix
-(``--engine-jobs``, ``--engine-one-step-tasks``, ...). ``--keep`` and ``--server-url`` apply to both.
-Example: ``make bench BENCH_ARGS="--skip-console"``.
+pass through unchanged; each other part's are the same as its script's with a prefix: ``--engine-jobs``,
+``--api-requests``, ``--memory-tasks``, ``--recovery-samples``, ... ``--keep`` and ``--server-url`` apply to all.
+Example: ``make bench BENCH_ARGS="--skip-console --skip-engine --recovery-settings short"``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_api
 import bench_console
 import bench_engine
+import bench_memory
+import bench_recovery
+from bench_processes import exit_on_sigterm
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "var" / "bench" / "latest.json"
+# The parts in the order they run (the console last); each takes its script's options with a prefix.
+PARTS = (
+    ("engine", bench_engine, "engine-"),
+    ("API", bench_api, "api-"),
+    ("memory", bench_memory, "memory-"),
+    ("recovery", bench_recovery, "recovery-"),
+)
 
 
 def console_summary(results: dict) -> tuple[dict, list[dict]]:
@@ -43,9 +64,11 @@ def console_summary(results: dict) -> tuple[dict, list[dict]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-engine", action="store_true", help="run only the console part")
-    parser.add_argument("--skip-console", action="store_true", help="run only the engine part")
+    for name, _, _ in PARTS:
+        parser.add_argument(f"--skip-{name.lower()}", action="store_true", help=f"leave out the {name} part")
+    parser.add_argument("--skip-console", action="store_true", help="leave out the console part")
     parser.add_argument("--keep", action="store_true", help="keep the bench databases (the console's is reused)")
     parser.add_argument("--server-url", default=bench_console.DEFAULT_SERVER_URL, help="PostgreSQL server")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
@@ -55,47 +78,38 @@ def main(argv: list[str] | None = None) -> int:
     console.add_argument("--database", default="rc_bench", help="the console's database (default rc_bench)")
     console.add_argument("--requests", type=int, default=10, help="timed requests per page (default 10)")
     console.add_argument("--redis-url", default=bench_console.DEFAULT_REDIS_URL, help="the console's Redis")
-    bench_engine.add_arguments(parser.add_argument_group("engine part (as scripts/bench_engine.py)"), "engine-")
+    for name, module, prefix in PARTS:
+        module.add_arguments(parser.add_argument_group(f"{name} part (as scripts/{module.__name__}.py)"), prefix)
     options = parser.parse_args(argv)
-    if options.skip_engine and options.skip_console:
-        parser.error("nothing to run: --skip-engine and --skip-console")
     for name in ("tasks", "dlq_items", "requests"):
         if getattr(options, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be a positive integer")
+
+    common = {"keep": options.keep, "server_url": options.server_url}
+    parts = [
+        (name, module, functools.partial(module.run_from_options, options, prefix, **common))
+        for name, module, prefix in PARTS
+        if not getattr(options, f"skip_{name.lower()}")
+    ]
+    if not options.skip_console:
+        parts.append(("console", bench_console, functools.partial(_run_console, options)))
+    if not parts:
+        parser.error("nothing to run: every part is skipped")
 
     figures: dict[str, dict] = {}
     floors: list[dict] = []
     tables: list[str] = []
     failed = False
-    if not options.skip_engine:
+    for name, module, run_part in parts:
         try:
-            engine = bench_engine.run_from_options(options, "engine-", keep=options.keep, server_url=options.server_url)
-        except bench_engine.BenchError as exc:
-            print(f"bench: engine part: {exc}", file=sys.stderr)
+            results = run_part()
+        except module.BenchError as exc:
+            print(f"bench: {name} part: {exc}", file=sys.stderr)
             failed = True
-        else:
-            figures.update(engine["figures"])
-            floors.extend(engine["floors"])
-            tables.append(bench_engine.format_table(engine))
-    if not options.skip_console:
-        try:
-            console = bench_console.run(
-                tasks=options.tasks,
-                dlq_items=options.dlq_items,
-                database=options.database,
-                keep=options.keep,
-                requests_per_page=options.requests,
-                server_url=options.server_url,
-                redis_url=options.redis_url,
-            )
-        except bench_console.BenchError as exc:
-            print(f"bench: console part: {exc}", file=sys.stderr)
-            failed = True
-        else:
-            console_figures, console_floors = console_summary(console)
-            figures.update(console_figures)
-            floors.extend(console_floors)
-            tables.append(bench_console.format_table(console))
+            continue
+        figures.update(results["figures"])
+        floors.extend(results["floors"])
+        tables.append(module.format_table(results))
 
     options.output.parent.mkdir(parents=True, exist_ok=True)
     options.output.write_text(json.dumps({"floors": floors, "figures": figures}, indent=2) + "\n")
@@ -104,6 +118,20 @@ def main(argv: list[str] | None = None) -> int:
         print(table)
     print(f"\nwritten to {options.output}")
     return 1 if failed else 0
+
+
+def _run_console(options: argparse.Namespace) -> dict:
+    results = bench_console.run(
+        tasks=options.tasks,
+        dlq_items=options.dlq_items,
+        database=options.database,
+        keep=options.keep,
+        requests_per_page=options.requests,
+        server_url=options.server_url,
+        redis_url=options.redis_url,
+    )
+    results["figures"], results["floors"] = console_summary(results)
+    return results
 
 
 if __name__ == "__main__":

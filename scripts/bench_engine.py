@@ -27,9 +27,6 @@ import json
 import multiprocessing
 import os
 import re
-import secrets
-import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -41,6 +38,14 @@ from bench_db import database_url
 from bench_db import drop_database as _drop_database
 from bench_db import recreate_database as _recreate_database
 from bench_db import scalar as _scalar
+from bench_processes import ENGINE_QUEUE, WORKER_START_TIMEOUT, BenchError
+from bench_processes import ManagedProcesses as _Workers
+from bench_processes import QueueHold as _Hold
+from bench_processes import project_env as _engine_env
+from bench_processes import redis_connection as _redis
+from bench_processes import run_command as _run
+from bench_processes import submit_child as _submit_child
+from bench_processes import wait_registered as _wait_registered
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent
@@ -48,17 +53,11 @@ DEFAULT_OUTPUT = ROOT / "var" / "bench" / "engine.json"
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432"
 # Database 14 of the local Redis is the benchmarks' own: it is flushed before and after each measurement.
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
-ENGINE_QUEUE = "default"  # the project's only queue (settings.RELIABILITY_QUEUE)
 RQ_BASELINE_QUEUE = "bench_rq"
 RAW_TABLE = "bench_raw_commits"
-WORKER_START_TIMEOUT = 60
 DRAIN_TIMEOUT = 600
 POLL_SECONDS = 0.02
 DATABASE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-
-
-class BenchError(Exception):
-    """The benchmark could not run (a command failed, a worker died, a drain did not finish)."""
 
 
 def noop() -> None:
@@ -69,74 +68,6 @@ def noop() -> None:
 
 
 # --- Redis and worker processes -----------------------------------------------------------------------------
-
-
-def _redis(redis_url: str):
-    from redis import Redis
-
-    return Redis.from_url(redis_url)
-
-
-class _Hold:
-    """Keep a queue's jobs away from its workers until ``release()``: the list is renamed away and back."""
-
-    def __init__(self, connection, queue: str) -> None:
-        self.connection = connection
-        self.key = f"rq:queue:{queue}"
-        self.held = f"bench:held:{queue}"
-
-    def hold(self, expected: int) -> None:
-        length = self.connection.llen(self.key)
-        if length != expected:
-            raise BenchError(f"{self.key} holds {length} jobs, expected {expected}")
-        self.connection.rename(self.key, self.held)
-
-    def release(self) -> None:
-        # RENAME onto a list key wakes the workers blocked in BLMOVE on it.
-        self.connection.rename(self.held, self.key)
-
-
-class _Workers:
-    """Worker processes in their own process groups, logging to a file; stopped by their PIDs."""
-
-    def __init__(self, argv: list[str], count: int, env: dict, log_path: Path) -> None:
-        self.processes: list[subprocess.Popen] = []
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            for _ in range(count):
-                self.processes.append(
-                    subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, process_group=0)
-                )
-        self.log_path = log_path
-
-    def check_alive(self) -> None:
-        for process in self.processes:
-            if process.poll() is not None:
-                raise BenchError(f"a worker exited with code {process.returncode}; see {self.log_path}")
-
-    def stop(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                # The whole group: a forking worker's work horse too.
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-
-
-def _wait_registered(connection, queue: str, count: int, workers: _Workers) -> None:
-    key = f"rq:workers:{queue}"
-    deadline = time.monotonic() + WORKER_START_TIMEOUT
-    while connection.scard(key) < count:
-        workers.check_alive()
-        if time.monotonic() > deadline:
-            raise BenchError(f"{count} workers did not register within {WORKER_START_TIMEOUT}s")
-        time.sleep(0.05)
-    # Registration comes just before the first dequeue: let each reach its blocking BLMOVE.
-    time.sleep(0.5)
 
 
 def _drain(connection, queue: str, count: int, start: Callable[[], _Workers], done: Callable[[], int]) -> float:
@@ -257,39 +188,6 @@ def bench_raw_commits(url: str, processes: int, rows: int) -> float:
 
 
 # --- The engine ------------------------------------------------------------------------------------------------
-
-
-def _engine_env(url: str, redis_url: str) -> dict:
-    return {
-        **os.environ,
-        "DATABASE_URL": url,
-        "REDIS_URL": redis_url,
-        "DJANGO_DEBUG": "0",
-        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
-        "RELIABILITY_ENABLE_BENCH_PIPELINES": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-
-
-def _run(argv: list[str], env: dict, what: str) -> str:
-    result = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise BenchError(f"{what} failed:\n{result.stderr.strip()[-3000:]}")
-    return result.stdout
-
-
-def _submit_child(pipeline: str, count: int, batch: str) -> None:
-    """Child mode: submit ``count`` tasks of ``pipeline`` (each delivered to Redis after its commit)."""
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reliability_console.settings")
-    import django
-
-    django.setup()
-    from tasks.services import task_submit
-
-    for index in range(count):
-        task_submit(pipeline=pipeline, input={"batch": batch, "n": index})
-    print(json.dumps({"submitted": count}))
 
 
 def bench_engine(url: str, redis_url: str, pipeline: str, processes: int, tasks: int, log_dir: Path) -> float:

@@ -1,0 +1,249 @@
+"""Processes shared by the benchmark scripts: the project's environment, manage.py commands, workers, submissions.
+
+Every process a benchmark starts runs in its own process group with its output in a log file, and is stopped
+by its PID (``ManagedProcesses.stop``), never by a name. Run as a script, this file is the child that submits
+tasks through ``task_submit`` with the benchmark's settings (``submit_tasks``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench_db import database_url, recreate_database
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432"
+# Database 14 of the local Redis is the benchmarks' own: the parts flush it before and after they use it.
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
+ENGINE_QUEUE = "default"  # the project's only queue (settings.RELIABILITY_QUEUE)
+WORKER_ARGV = [sys.executable, "manage.py", "rqworker"]
+WORKER_START_TIMEOUT = 60
+# A SIGTERMed worker finishes its job first (warm shutdown): this long, then its group is killed.
+STOP_TIMEOUT_SECONDS = 20
+# The name is put into DROP DATABASE: a plain identifier only.
+DATABASE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+class BenchError(Exception):
+    """The benchmark could not run (a command failed, a worker died, a drain did not finish)."""
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so the ``finally`` blocks that stop child processes run (as on Ctrl-C)."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (a bad size fails at parse time, not after an hour of other parts)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def part_options(options: argparse.Namespace, prefix: str, names: tuple[str, ...]) -> dict:
+    """``run(...)``'s keyword arguments from a part's options, named with ``prefix`` on a shared parser."""
+    attribute = prefix.replace("-", "_")
+    return {name: getattr(options, attribute + name) for name in names}
+
+
+def part_main(argv: list[str] | None, part, description: str, default_output: Path) -> int:
+    """The command line of one part (a module with ``add_arguments``, ``run_from_options``, ``format_table``)."""
+    exit_on_sigterm()
+    parser = argparse.ArgumentParser(description=description)
+    part.add_arguments(parser)
+    parser.add_argument("--keep", action="store_true", help="keep the bench database")
+    parser.add_argument("--server-url", default=DEFAULT_SERVER_URL, help="PostgreSQL server, without a database")
+    parser.add_argument("--output", type=Path, default=default_output)
+    options = parser.parse_args(argv)
+    try:
+        results = part.run_from_options(
+            options, keep=options.keep, server_url=options.server_url, output=options.output
+        )
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    print()
+    print(part.format_table(results))
+    print(f"\nwritten to {options.output}")
+    return 0
+
+
+def log_directory(output: Path | None) -> Path:
+    """Where a part's process logs go: beside its results file."""
+    directory = (output.parent if output else ROOT / "var" / "bench").resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def write_results(output: Path | None, results: dict) -> None:
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def redis_connection(redis_url: str):
+    from redis import Redis
+
+    return Redis.from_url(redis_url)
+
+
+def project_env(url: str, redis_url: str, **settings: str) -> dict:
+    """The environment of a benchmark's manage.py processes: its database, its Redis, the bench pipelines."""
+    return {
+        **os.environ,
+        "DATABASE_URL": url,
+        "REDIS_URL": redis_url,
+        "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+        "RELIABILITY_ENABLE_BENCH_PIPELINES": "1",
+        "PYTHONUNBUFFERED": "1",
+        **settings,
+    }
+
+
+def run_command(argv: list[str], env: dict, what: str) -> str:
+    result = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BenchError(f"{what} failed:\n{result.stderr.strip()[-3000:]}")
+    return result.stdout
+
+
+def manage(env: dict, *args: str) -> str:
+    return run_command([sys.executable, "manage.py", *args], env, f"manage.py {args[0]}")
+
+
+def create_migrated_database(server_url: str, name: str, env: dict) -> str:
+    """Drop and create the database ``name``, migrate it with ``env`` (whose DATABASE_URL names it); its URL."""
+    if not DATABASE_NAME.fullmatch(name):
+        raise BenchError(f"database name {name!r}: use letters, digits and underscores only")
+    url = database_url(server_url, name)
+    if env["DATABASE_URL"] != url:
+        raise BenchError(f"the environment's DATABASE_URL is not the database {name!r}")
+    recreate_database(server_url, name)
+    manage(env, "migrate", "--noinput")
+    return url
+
+
+class ManagedProcesses:
+    """Processes of one command line in their own process groups, logging to one file; stopped by their PIDs."""
+
+    def __init__(self, argv: list[str], count: int, env: dict, log_path: Path, what: str = "a worker") -> None:
+        self.argv = argv
+        self.env = env
+        self.log_path = log_path
+        self.what = what
+        self.processes: list[subprocess.Popen] = []
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(count):
+            self.start_one()
+
+    def start_one(self) -> subprocess.Popen:
+        with open(self.log_path, "ab") as log:
+            process = subprocess.Popen(
+                self.argv, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, process_group=0
+            )
+        self.processes.append(process)
+        return process
+
+    def kill(self, process: subprocess.Popen) -> None:
+        """SIGKILL one process (the crash a benchmark measures), reap it and forget it."""
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        self.processes.remove(process)
+
+    def check_alive(self) -> None:
+        for process in self.processes:
+            if process.poll() is not None:
+                raise BenchError(f"{self.what} exited with code {process.returncode}; see {self.log_path}")
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=STOP_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                # The whole group: a forking worker's work horse, gunicorn's workers.
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def wait_registered(connection, queue: str, count: int, workers: ManagedProcesses) -> None:
+    key = f"rq:workers:{queue}"
+    deadline = time.monotonic() + WORKER_START_TIMEOUT
+    while connection.scard(key) < count:
+        workers.check_alive()
+        if time.monotonic() > deadline:
+            raise BenchError(f"{count} workers did not register within {WORKER_START_TIMEOUT}s")
+        time.sleep(0.05)
+    # Registration comes just before the first dequeue: let each reach its blocking BLMOVE.
+    time.sleep(0.5)
+
+
+class QueueHold:
+    """Keep a queue's jobs away from its workers until ``release()``: the list is renamed away and back."""
+
+    def __init__(self, connection, queue: str) -> None:
+        self.connection = connection
+        self.key = f"rq:queue:{queue}"
+        self.held = f"bench:held:{queue}"
+
+    def hold(self, expected: int) -> None:
+        length = self.connection.llen(self.key)
+        if length != expected:
+            raise BenchError(f"{self.key} holds {length} jobs, expected {expected}")
+        self.connection.rename(self.key, self.held)
+
+    def release(self) -> None:
+        # RENAME onto a list key wakes the workers blocked in BLMOVE on it.
+        self.connection.rename(self.held, self.key)
+
+
+def submit_tasks(env: dict, pipeline: str, count: int, batch: str) -> None:
+    """Submit ``count`` tasks of ``pipeline`` with input ``{"batch": batch, "n": index}``, in a child process."""
+    run_command([sys.executable, __file__, "--submit", pipeline, str(count), batch], env, f"submitting {pipeline}")
+
+
+def submit_child(pipeline: str, count: int, batch: str) -> None:
+    """Child mode: submit ``count`` tasks of ``pipeline`` (each delivered to Redis after its commit)."""
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reliability_console.settings")
+    import django
+
+    django.setup()
+    from tasks.services import task_submit
+
+    for index in range(count):
+        task_submit(pipeline=pipeline, input={"batch": batch, "n": index})
+    print(json.dumps({"submitted": count}))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5 or sys.argv[1] != "--submit":
+        sys.exit("usage: bench_processes.py --submit PIPELINE COUNT BATCH")
+    submit_child(sys.argv[2], int(sys.argv[3]), sys.argv[4])
