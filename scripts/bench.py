@@ -22,8 +22,6 @@ Example: ``make bench BENCH_ARGS="--skip-console --skip-engine --recovery-settin
 from __future__ import annotations
 
 import argparse
-import functools
-import json
 import sys
 from pathlib import Path
 
@@ -34,104 +32,56 @@ import bench_console
 import bench_engine
 import bench_memory
 import bench_recovery
-from bench_processes import exit_on_sigterm
+from bench_part import write_results
+from bench_processes import BENCH_DIR, DEFAULT_SERVER_URL, BenchError, exit_on_sigterm
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUTPUT = ROOT / "var" / "bench" / "latest.json"
-# The parts in the order they run (the console last); each takes its script's options with a prefix.
+DEFAULT_OUTPUT = BENCH_DIR / "latest.json"
+# The parts in the order they run, each with the prefix of its options here: the console's keep their names.
 PARTS = (
-    ("engine", bench_engine, "engine-"),
-    ("API", bench_api, "api-"),
-    ("memory", bench_memory, "memory-"),
-    ("recovery", bench_recovery, "recovery-"),
+    (bench_engine.PART, "engine-"),
+    (bench_api.PART, "api-"),
+    (bench_memory.PART, "memory-"),
+    (bench_recovery.PART, "recovery-"),
+    (bench_console.PART, ""),
 )
-
-
-def console_summary(results: dict) -> tuple[dict, list[dict]]:
-    figures, floors = {}, []
-    for page in results["pages"]:
-        figures[f"console.{page['name']}.median"] = {"value": page["median_ms"], "unit": "ms"}
-        figures[f"console.{page['name']}.p95"] = {"value": page["p95_ms"], "unit": "ms"}
-        floors.append(
-            {
-                "name": f"console: {page['name']} median < {bench_console.TARGET_MS} ms",
-                "value": page["median_ms"],
-                "floor": bench_console.TARGET_MS,
-                "holds": page["median_ms"] < bench_console.TARGET_MS,
-            }
-        )
-    return figures, floors
 
 
 def main(argv: list[str] | None = None) -> int:
     exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, _, _ in PARTS:
-        parser.add_argument(f"--skip-{name.lower()}", action="store_true", help=f"leave out the {name} part")
-    parser.add_argument("--skip-console", action="store_true", help="leave out the console part")
+    for part, _ in PARTS:
+        parser.add_argument(f"--skip-{part.name.lower()}", action="store_true", help=f"leave out the {part.name} part")
     parser.add_argument("--keep", action="store_true", help="keep the bench databases (the console's is reused)")
-    parser.add_argument("--server-url", default=bench_console.DEFAULT_SERVER_URL, help="PostgreSQL server")
+    parser.add_argument("--server-url", default=DEFAULT_SERVER_URL, help="PostgreSQL server")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    console = parser.add_argument_group("console part (as scripts/bench_console.py)")
-    console.add_argument("--tasks", type=int, default=5_000_000)
-    console.add_argument("--dlq-items", type=int, default=1_000_000)
-    console.add_argument("--database", default="rc_bench", help="the console's database (default rc_bench)")
-    console.add_argument("--requests", type=int, default=10, help="timed requests per page (default 10)")
-    console.add_argument("--redis-url", default=bench_console.DEFAULT_REDIS_URL, help="the console's Redis")
-    for name, module, prefix in PARTS:
-        module.add_arguments(parser.add_argument_group(f"{name} part (as scripts/{module.__name__}.py)"), prefix)
+    for part, prefix in PARTS:
+        part.add_arguments(parser.add_argument_group(f"{part.name} part (as scripts/{part.run.__module__}.py)"), prefix)
     options = parser.parse_args(argv)
-    for name in ("tasks", "dlq_items", "requests"):
-        if getattr(options, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be a positive integer")
-
-    common = {"keep": options.keep, "server_url": options.server_url}
-    parts = [
-        (name, module, functools.partial(module.run_from_options, options, prefix, **common))
-        for name, module, prefix in PARTS
-        if not getattr(options, f"skip_{name.lower()}")
-    ]
-    if not options.skip_console:
-        parts.append(("console", bench_console, functools.partial(_run_console, options)))
-    if not parts:
+    selected = [(part, prefix) for part, prefix in PARTS if not getattr(options, f"skip_{part.name.lower()}")]
+    if not selected:
         parser.error("nothing to run: every part is skipped")
 
     figures: dict[str, dict] = {}
     floors: list[dict] = []
     tables: list[str] = []
     failed = False
-    for name, module, run_part in parts:
+    for part, prefix in selected:
         try:
-            results = run_part()
-        except module.BenchError as exc:
-            print(f"bench: {name} part: {exc}", file=sys.stderr)
+            results = part.run_from_options(options, prefix, keep=options.keep, server_url=options.server_url)
+        except BenchError as exc:
+            print(f"bench: {part.name} part: {exc}", file=sys.stderr)
             failed = True
             continue
         figures.update(results["figures"])
         floors.extend(results["floors"])
-        tables.append(module.format_table(results))
+        tables.append(part.format_table(results))
 
-    options.output.parent.mkdir(parents=True, exist_ok=True)
-    options.output.write_text(json.dumps({"floors": floors, "figures": figures}, indent=2) + "\n")
+    write_results(options.output, {"floors": floors, "figures": figures})
     for table in tables:
         print()
         print(table)
     print(f"\nwritten to {options.output}")
     return 1 if failed else 0
-
-
-def _run_console(options: argparse.Namespace) -> dict:
-    results = bench_console.run(
-        tasks=options.tasks,
-        dlq_items=options.dlq_items,
-        database=options.database,
-        keep=options.keep,
-        requests_per_page=options.requests,
-        server_url=options.server_url,
-        redis_url=options.redis_url,
-    )
-    results["figures"], results["floors"] = console_summary(results)
-    return results
 
 
 if __name__ == "__main__":

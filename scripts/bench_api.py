@@ -19,12 +19,11 @@ tasks); anything else is an error, reported, and more than a few fail the part. 
 tasks stay queued, so the figures are the API's alone. Clients and server share the machine's cores.
 
 It is a benchmark, not a test: there is no floor. ``run(...)`` does the work and returns the results;
-``main()`` is the command line.
+``PART.main()`` is the command line.
 """
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import multiprocessing
@@ -38,32 +37,28 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from bench_console import free_port
 from bench_db import database_url, drop_database, scalar
+from bench_part import REDIS_URL_OPTION, Option, Part, non_negative_int, positive_int, write_results
 from bench_processes import (
+    BENCH_DIR,
     DEFAULT_REDIS_URL,
     DEFAULT_SERVER_URL,
     BenchError,
-    ManagedProcesses,
     create_migrated_database,
     log_directory,
     manage,
-    non_negative_int,
-    part_main,
-    part_options,
-    positive_int,
     project_env,
     redis_connection,
-    write_results,
+    start_web_server,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUTPUT = ROOT / "var" / "bench" / "api.json"
+from chaos.processes import free_port, gunicorn_argv  # bench_processes put the repository root on sys.path
+
+DEFAULT_OUTPUT = BENCH_DIR / "api.json"
 PIPELINE = "bench_noop_1"
 PATH = "/api/v1/tasks"
 VARIANTS = ("no_key", "unique_key", "replay")
 VARIANT_LABELS = {"no_key": "no key", "unique_key": "unique key", "replay": "replay"}
-SERVER_START_TIMEOUT = 60
 REQUEST_TIMEOUT_SECONDS = 60
 # A client that has not reported this long after the start is stuck, however many requests it had.
 CLIENT_TIMEOUT_SECONDS = 1800
@@ -71,6 +66,19 @@ CLIENT_TIMEOUT_SECONDS = 1800
 ALLOWED_ERRORS = 5
 ALLOWED_ERROR_SHARE = 0.001
 ERROR_SAMPLES = 3
+
+
+OPTIONS = (
+    Option("requests", type=positive_int, default=5000, help="timed requests per variant"),
+    Option("warmup", type=non_negative_int, default=500, help="warm-up requests per variant"),
+    Option("clients", type=positive_int, default=2, help="client processes"),
+    Option("threads", type=positive_int, default=4, help="threads per client process"),
+    Option("server_workers", type=positive_int, default=2, help="gunicorn worker processes"),
+    Option("server_threads", type=positive_int, default=4, help="gunicorn threads per worker"),
+    Option("variants", nargs="+", choices=VARIANTS, default=list(VARIANTS), help="variants to time"),
+    Option("database", default="rc_bench_api", help="the API part's database"),
+    REDIS_URL_OPTION,
+)
 
 
 def _request_body(client: int, thread: int, index: int, phase: str) -> bytes:
@@ -230,43 +238,6 @@ def bench_variant(
     }
 
 
-def _gunicorn_argv(port: int, workers: int, threads: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "reliability_console.wsgi:application",
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--workers",
-        str(workers),
-        "--worker-class",
-        "gthread",
-        "--threads",
-        str(threads),
-        "--graceful-timeout",
-        "5",
-    ]
-
-
-def _wait_answering(server: ManagedProcesses, port: int) -> None:
-    deadline = time.monotonic() + SERVER_START_TIMEOUT
-    while True:
-        server.check_alive()
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        try:
-            connection.request("GET", "/api/v1/openapi.json")
-            if connection.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        finally:
-            connection.close()
-        if time.monotonic() > deadline:
-            raise BenchError(f"gunicorn did not answer within {SERVER_START_TIMEOUT}s; see {server.log_path}")
-        time.sleep(0.3)
-
-
 def run(
     *,
     requests: int = 5000,
@@ -305,10 +276,8 @@ def run(
         redis.flushdb()
         token = manage(env, "create_api_token", "bench-client").strip().splitlines()[-1]
         port = free_port()
-        server = ManagedProcesses(
-            _gunicorn_argv(port, server_workers, server_threads), 1, env, log_dir / "api-gunicorn.log", what="gunicorn"
-        )
-        _wait_answering(server, port)
+        argv = gunicorn_argv(port, processes=server_workers, threads=server_threads)
+        server = start_web_server(argv, port, env, log_dir / "api-gunicorn.log", "/api/v1/openapi.json")
         progress(
             f"bench: gunicorn ({server_workers} workers x {server_threads} threads) on port {port}, "
             f"pid {server.processes[0].pid}"
@@ -381,42 +350,7 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
-    """The API part's options (``prefix`` names them apart when they share a parser with other parts')."""
-    parser.add_argument(f"--{prefix}requests", type=positive_int, default=5000, help="timed requests per variant")
-    parser.add_argument(f"--{prefix}warmup", type=non_negative_int, default=500, help="warm-up requests per variant")
-    parser.add_argument(f"--{prefix}clients", type=positive_int, default=2, help="client processes")
-    parser.add_argument(f"--{prefix}threads", type=positive_int, default=4, help="threads per client process")
-    parser.add_argument(f"--{prefix}server-workers", type=positive_int, default=2, help="gunicorn worker processes")
-    parser.add_argument(f"--{prefix}server-threads", type=positive_int, default=4, help="gunicorn threads per worker")
-    parser.add_argument(
-        f"--{prefix}variants", nargs="+", choices=VARIANTS, default=list(VARIANTS), help="variants to time"
-    )
-    parser.add_argument(f"--{prefix}database", default="rc_bench_api", help="the API part's database")
-    parser.add_argument(f"--{prefix}redis-url", default=DEFAULT_REDIS_URL, help="bench Redis (flushed!)")
-
-
-# run()'s keyword arguments that add_arguments() declares.
-OPTION_NAMES = (
-    "requests",
-    "warmup",
-    "clients",
-    "threads",
-    "server_workers",
-    "server_threads",
-    "variants",
-    "database",
-    "redis_url",
-)
-
-
-def run_from_options(options: argparse.Namespace, prefix: str = "", **kwargs) -> dict:
-    return run(**part_options(options, prefix, OPTION_NAMES), **kwargs)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return part_main(argv, sys.modules[__name__], __doc__.splitlines()[0], DEFAULT_OUTPUT)
-
+PART = Part(name="API", run=run, format_table=format_table, options=OPTIONS, default_output=DEFAULT_OUTPUT, doc=__doc__)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(PART.main())

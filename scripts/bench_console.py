@@ -14,49 +14,63 @@ exit status is non-zero only when something crashed (or a page answered
 with an error). Results go to ``var/bench/console.json``.
 
 ``run(...)`` does the work and returns the results, for a wider benchmark to
-call; ``main()`` is the command line.
+call; ``PART.main()`` is the command line.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import re
-import secrets
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench_db import database_url
-from bench_db import drop_database as _drop_database
-from bench_db import recreate_database as _recreate_database
-from bench_db import scalar as _scalar
+from bench_db import database_url, drop_database, scalar
+from bench_part import Option, Part, positive_int, write_results
+from bench_processes import (
+    BENCH_DIR,
+    DEFAULT_SERVER_URL,
+    ROOT,
+    BenchError,
+    check_database_name,
+    create_migrated_database,
+    log_directory,
+    manage,
+    project_env,
+    run_command,
+    start_web_server,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUTPUT = ROOT / "var" / "bench" / "console.json"
-DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432"
+from chaos.processes import free_port  # bench_processes put the repository root on sys.path
+
+DEFAULT_OUTPUT = BENCH_DIR / "console.json"
 # Database 15 of the local Redis: the dashboard reads queue lengths from it, and nothing else uses it.
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/15"
+CONSOLE_REDIS_URL = "redis://127.0.0.1:6379/15"
 BENCH_USERNAME = "bench-admin"
 TARGET_MS = 1000
-SERVER_START_TIMEOUT = 60
 # Generous: a page slower than a minute is a result to report, not a reason for gunicorn to kill its worker.
 WORKER_TIMEOUT_SECONDS = 300
 REQUEST_TIMEOUT_SECONDS = 300
 SLOWEST_QUERY_CHARACTERS = 1000
-# The name is put into DROP DATABASE: a plain identifier only.
-DATABASE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
-class BenchError(Exception):
-    """The benchmark could not run (a command failed, the server did not start, a page answered an error)."""
+OPTIONS = (
+    Option("tasks", type=positive_int, default=5_000_000, help="tasks to seed"),
+    Option("dlq_items", type=positive_int, default=1_000_000, help="DLQ items to seed"),
+    Option("database", default="rc_bench", help="the console's database (default rc_bench)"),
+    Option(
+        "requests_per_page",
+        flag="requests",
+        type=positive_int,
+        default=10,
+        help="timed requests per page (default 10)",
+    ),
+    Option("redis_url", default=CONSOLE_REDIS_URL, help="the console's Redis"),
+)
 
 
 @dataclass
@@ -72,35 +86,15 @@ class PageResult:
     slowest_query: str | None = None
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _seeded_counts(url: str) -> tuple[int, int] | None:
     """(tasks, DLQ items) of an existing bench database, or None if it is not migrated."""
-    if _scalar(url, "SELECT to_regclass('dlq_dlqitem') IS NOT NULL") is not True:
+    if scalar(url, "SELECT to_regclass('dlq_dlqitem') IS NOT NULL") is not True:
         return None
-    return _scalar(url, "SELECT count(*) FROM tasks_task"), _scalar(url, "SELECT count(*) FROM dlq_dlqitem")
+    return scalar(url, "SELECT count(*) FROM tasks_task"), scalar(url, "SELECT count(*) FROM dlq_dlqitem")
 
 
 def _database_exists(server_url: str, name: str) -> bool:
-    return bool(_scalar(database_url(server_url, "postgres"), "SELECT 1 FROM pg_database WHERE datname = %s", [name]))
-
-
-def _manage(env: dict, *args: str, stream: bool = False) -> str:
-    argv = [sys.executable, "manage.py", *args]
-    if stream:
-        # The seeding command's progress lines go straight to the terminal.
-        result = subprocess.run(argv, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-        output = ""
-    else:
-        result = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True)
-        output = result.stdout
-    if result.returncode != 0:
-        raise BenchError(f"manage.py {' '.join(args)} failed:\n{result.stderr.strip()[-3000:]}")
-    return output
+    return bool(scalar(database_url(server_url, "postgres"), "SELECT 1 FROM pg_database WHERE datname = %s", [name]))
 
 
 def _percentile(samples: list[float], fraction: float) -> float:
@@ -113,61 +107,20 @@ def _percentile(samples: list[float], fraction: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-class Server:
-    """gunicorn against the bench database, in its own process group; stopped by its PID."""
-
-    def __init__(self, env: dict, log_path: Path) -> None:
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self.env = env
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        import requests
-
-        log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "reliability_console.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                "--workers",
-                "2",
-                "--timeout",
-                str(WORKER_TIMEOUT_SECONDS),
-            ],
-            env=self.env,
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            process_group=0,
-        )
-        log.close()
-        deadline = time.monotonic() + SERVER_START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise BenchError(f"gunicorn exited with code {self.process.returncode}; see {self.log_path}")
-            try:
-                if requests.get(f"{self.base_url}/admin/login/", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.3)
-        raise BenchError(f"gunicorn did not answer within {SERVER_START_TIMEOUT}s; see {self.log_path}")
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+def _gunicorn_argv(port: int) -> list[str]:
+    # gunicorn's default sync workers (not the API's gthread ones): the pages are timed one request at a time.
+    return [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "reliability_console.wsgi:application",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        "2",
+        "--timeout",
+        str(WORKER_TIMEOUT_SECONDS),
+    ]
 
 
 def _login(base_url: str, username: str, password: str):
@@ -207,11 +160,11 @@ def _time_page(session, base_url: str, path: str, requests_per_page: int) -> lis
 
 def _bench_pages(url: str) -> list[tuple[str, str]]:
     """The pages to time, with a DLQ item and a task that have attempts, checkpoints and side effects."""
-    row = _scalar(
+    row = scalar(
         url,
         "SELECT json_build_array(id, task_id) FROM dlq_dlqitem "
         "WHERE status = 'open' AND task_id IN (SELECT task_id FROM tasks_stepattempt) ORDER BY id LIMIT 1",
-    ) or _scalar(url, "SELECT json_build_array(id, task_id) FROM dlq_dlqitem ORDER BY id LIMIT 1")
+    ) or scalar(url, "SELECT json_build_array(id, task_id) FROM dlq_dlqitem ORDER BY id LIMIT 1")
     if row is None:
         raise BenchError("the bench database holds no DLQ item")
     item_id, task_id = row
@@ -228,12 +181,8 @@ def _bench_pages(url: str) -> list[tuple[str, str]]:
 
 def _count_queries(env: dict, paths: list[str]) -> dict[str, dict]:
     """Render each page in-process (in a child with the bench settings): its SQL statements and the slowest one."""
-    result = subprocess.run(
-        [sys.executable, __file__, "--count-queries", *paths], env=env, cwd=ROOT, capture_output=True, text=True
-    )
-    if result.returncode != 0:
-        raise BenchError(f"counting SQL statements failed:\n{result.stderr.strip()[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    output = run_command([sys.executable, __file__, "--count-queries", *paths], env, "counting SQL statements")
+    return json.loads(output.strip().splitlines()[-1])
 
 
 def _count_queries_child(paths: list[str]) -> None:
@@ -273,48 +222,40 @@ def run(
     keep: bool = False,
     requests_per_page: int = 10,
     server_url: str = DEFAULT_SERVER_URL,
-    redis_url: str = DEFAULT_REDIS_URL,
+    redis_url: str = CONSOLE_REDIS_URL,
     output: Path | None = DEFAULT_OUTPUT,
     progress: Callable[[str], None] = print,
 ) -> dict:
     """Seed (or reuse, with ``keep``) the bench database, time the console pages, write ``output``; return it."""
-    if not DATABASE_NAME.fullmatch(database):
-        raise BenchError(f"--database {database!r}: use letters, digits and underscores only")
+    check_database_name(database)
     url = database_url(server_url, database)
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "DJANGO_DEBUG": "0",
-        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
-        "REDIS_URL": redis_url,
-        "PYTHONUNBUFFERED": "1",
-    }
-    log_dir = (output.parent if output else ROOT / "var" / "bench").resolve()
-    log_dir.mkdir(parents=True, exist_ok=True)
+    # As the pages were first measured: the seeded pipelines only, not the bench ones.
+    env = project_env(url, redis_url, RELIABILITY_ENABLE_BENCH_PIPELINES="0")
+    log_dir = log_directory(output)
 
     seed_seconds = None
     counts = _seeded_counts(url) if keep and _database_exists(server_url, database) else None
     if counts == (tasks, dlq_items):
         progress(f"bench: reusing database {database!r} ({tasks:,} tasks, {dlq_items:,} DLQ items)")
-        _manage(env, "migrate", "--noinput")
+        manage(env, "migrate", "--noinput")
     else:
         progress(f"bench: creating database {database!r}")
-        _recreate_database(server_url, database)
-        _manage(env, "migrate", "--noinput")
+        create_migrated_database(server_url, database, env)
         progress(f"bench: seeding {tasks:,} tasks and {dlq_items:,} DLQ items")
         started = time.monotonic()
-        _manage(env, "seed_scale_data", "--tasks", str(tasks), "--dlq-items", str(dlq_items), stream=True)
+        manage(env, "seed_scale_data", "--tasks", str(tasks), "--dlq-items", str(dlq_items), stream=True)
         seed_seconds = round(time.monotonic() - started, 1)
-    password = _manage(env, "bootstrap_admin", "--username", BENCH_USERNAME).rsplit("password: ", 1)[-1].strip()
+    password = manage(env, "bootstrap_admin", "--username", BENCH_USERNAME).rsplit("password: ", 1)[-1].strip()
 
-    server = Server(env, log_dir / "gunicorn.log")
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    server = start_web_server(_gunicorn_argv(port), port, env, log_dir / "gunicorn.log", "/admin/login/")
     try:
-        server.start()
-        progress(f"bench: gunicorn (2 workers) on {server.base_url}, pid {server.process.pid}")
-        session = _login(server.base_url, BENCH_USERNAME, password)
+        progress(f"bench: gunicorn (2 workers) on {base_url}, pid {server.processes[0].pid}")
+        session = _login(base_url, BENCH_USERNAME, password)
         pages = []
         for name, path in _bench_pages(url):
-            samples = _time_page(session, server.base_url, path, requests_per_page)
+            samples = _time_page(session, base_url, path, requests_per_page)
             median = round(statistics.median(samples), 1)
             pages.append(
                 PageResult(
@@ -343,7 +284,10 @@ def run(
         page.slowest_query_ms = found.get("slowest_query_ms")
         page.slowest_query = found.get("slowest_query")
 
+    figures, floors = _summary(pages)
     results = {
+        "figures": figures,
+        "floors": floors,
         "pages": [asdict(page) for page in pages],
         "tasks": tasks,
         "dlq_items": dlq_items,
@@ -352,16 +296,31 @@ def run(
         "database": database,
         "environment": {
             "cpus": os.cpu_count(),
-            "postgresql": _scalar(url, "SHOW server_version"),
+            "postgresql": scalar(url, "SHOW server_version"),
             "python": sys.version.split()[0],
         },
     }
-    if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(output, results)
     if not keep:
-        _drop_database(server_url, database)
+        drop_database(server_url, database)
     return results
+
+
+def _summary(pages: list[PageResult]) -> tuple[dict, list[dict]]:
+    """The figures and floors of the timed pages, for ``make bench``'s results."""
+    figures, floors = {}, []
+    for page in pages:
+        figures[f"console.{page.name}.median"] = {"value": page.median_ms, "unit": "ms"}
+        figures[f"console.{page.name}.p95"] = {"value": page.p95_ms, "unit": "ms"}
+        floors.append(
+            {
+                "name": f"console: {page.name} median < {TARGET_MS} ms",
+                "value": page.median_ms,
+                "floor": TARGET_MS,
+                "holds": page.median_ms < TARGET_MS,
+            }
+        )
+    return figures, floors
 
 
 def format_table(results: dict) -> str:
@@ -383,43 +342,18 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=5_000_000)
-    parser.add_argument("--dlq-items", type=int, default=1_000_000)
-    parser.add_argument("--database", default="rc_bench", help="name of the database to create (default rc_bench)")
-    parser.add_argument("--keep", action="store_true", help="keep the database, and reuse it if already seeded")
-    parser.add_argument("--requests", type=int, default=10, help="timed requests per page (default 10)")
-    parser.add_argument("--server-url", default=DEFAULT_SERVER_URL, help="PostgreSQL server, without a database")
-    parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL)
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    parser.add_argument("--count-queries", nargs="+", metavar="PATH", help=argparse.SUPPRESS)  # the child's mode
-    options = parser.parse_args(argv)
-    if options.count_queries:
-        _count_queries_child(options.count_queries)
-        return 0
-    for name in ("tasks", "dlq_items", "requests"):
-        if getattr(options, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be a positive integer")
-    try:
-        results = run(
-            tasks=options.tasks,
-            dlq_items=options.dlq_items,
-            database=options.database,
-            keep=options.keep,
-            requests_per_page=options.requests,
-            server_url=options.server_url,
-            redis_url=options.redis_url,
-            output=options.output,
-        )
-    except BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
-    print()
-    print(format_table(results))
-    print(f"\nwritten to {options.output}")
-    return 0
-
+PART = Part(
+    name="console",
+    run=run,
+    format_table=format_table,
+    options=OPTIONS,
+    default_output=DEFAULT_OUTPUT,
+    doc=__doc__,
+    keep_help="keep the database, and reuse it if already seeded",
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    if sys.argv[1:2] == ["--count-queries"]:  # the child of _count_queries
+        _count_queries_child(sys.argv[2:])
+    else:
+        sys.exit(PART.main())

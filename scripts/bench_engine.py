@@ -17,66 +17,76 @@ the finished-job registry) or the last task succeeded (engine: polled in the dat
 not in the figures, for the baselines as for the engine.
 
 It is a benchmark, not a test: the floors are reported (holds yes/no), never enforced. ``run(...)`` does the
-work and returns the results; ``main()`` is the command line.
+work and returns the results; ``PART.main()`` is the command line.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
-import re
 import sys
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from bench_db import connect as _connect
-from bench_db import database_url
-from bench_db import drop_database as _drop_database
-from bench_db import recreate_database as _recreate_database
-from bench_db import scalar as _scalar
-from bench_processes import ENGINE_QUEUE, WORKER_START_TIMEOUT, BenchError
-from bench_processes import ManagedProcesses as _Workers
-from bench_processes import QueueHold as _Hold
-from bench_processes import project_env as _engine_env
-from bench_processes import redis_connection as _redis
-from bench_processes import run_command as _run
-from bench_processes import submit_child as _submit_child
-from bench_processes import wait_registered as _wait_registered
+from bench_db import connect, database_url, drop_database, recreate_database, scalar
+from bench_part import REDIS_URL_OPTION, Option, Part, positive_int, write_results
+from bench_processes import (
+    BENCH_DIR,
+    DEFAULT_REDIS_URL,
+    DEFAULT_SERVER_URL,
+    ENGINE_QUEUE,
+    SCRIPTS,
+    WORKER_ARGV,
+    WORKER_START_TIMEOUT,
+    BenchError,
+    ManagedProcesses,
+    QueueHold,
+    check_database_name,
+    count_succeeded,
+    create_migrated_database,
+    log_directory,
+    project_env,
+    redis_connection,
+    submit_tasks,
+    wait_registered,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = Path(__file__).resolve().parent
-DEFAULT_OUTPUT = ROOT / "var" / "bench" / "engine.json"
-DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432"
-# Database 14 of the local Redis is the benchmarks' own: it is flushed before and after each measurement.
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
+DEFAULT_OUTPUT = BENCH_DIR / "engine.json"
 RQ_BASELINE_QUEUE = "bench_rq"
 RAW_TABLE = "bench_raw_commits"
 DRAIN_TIMEOUT = 600
 POLL_SECONDS = 0.02
-DATABASE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+OPTIONS = (
+    Option("jobs", type=positive_int, default=2000, help="no-op jobs per bare RQ SimpleWorker run"),
+    Option("fork_jobs", type=positive_int, default=500, help="no-op jobs per forking rq.Worker run"),
+    Option("one_step_tasks", type=positive_int, default=1000, help="bench_noop_1 tasks per run"),
+    Option("ten_step_tasks", type=positive_int, default=300, help="bench_noop_10 tasks per run"),
+    Option("raw_rows", type=positive_int, default=3000, help="raw commits per client (default 3000)"),
+    Option("database", default="rc_bench_engine", help="the engine's bench database"),
+    Option("raw_database", default="rc_bench_raw", help="the raw commits' database"),
+    REDIS_URL_OPTION,
+)
 
 
 def noop() -> None:
     """The bare RQ baseline's job: nothing at all."""
 
 
-# --- PostgreSQL ---------------------------------------------------------------------------------------------
-
-
 # --- Redis and worker processes -----------------------------------------------------------------------------
 
 
-def _drain(connection, queue: str, count: int, start: Callable[[], _Workers], done: Callable[[], int]) -> float:
+def _drain(connection, queue: str, count: int, start: Callable[[], ManagedProcesses], done: Callable[[], int]) -> float:
     """Hold the queue's ``count`` jobs, ``start()`` the workers, release: seconds until ``done()`` reaches ``count``."""
-    hold = _Hold(connection, queue)
+    hold = QueueHold(connection, queue)
     hold.hold(count)
     workers = start()
     try:
-        _wait_registered(connection, queue, len(workers.processes), workers)
+        wait_registered(connection, queue, len(workers.processes), workers)
         started = time.perf_counter()
         hold.release()
         deadline = time.monotonic() + DRAIN_TIMEOUT
@@ -101,7 +111,7 @@ def bench_rq(redis_url: str, worker_class: str, processes: int, jobs: int, log_d
     from rq.registry import FinishedJobRegistry
     from rq.serializers import JSONSerializer
 
-    connection = _redis(redis_url)
+    connection = redis_connection(redis_url)
     connection.flushdb()
     try:
         queue = Queue(RQ_BASELINE_QUEUE, connection=connection, serializer=JSONSerializer)
@@ -135,7 +145,7 @@ def bench_rq(redis_url: str, worker_class: str, processes: int, jobs: int, log_d
             connection,
             RQ_BASELINE_QUEUE,
             jobs,
-            lambda: _Workers(argv, processes, env, log_path),
+            lambda: ManagedProcesses(argv, processes, env, log_path),
             lambda: connection.zcard(registry.key),
         )
         failed = connection.zcard(f"rq:failed:{RQ_BASELINE_QUEUE}")
@@ -151,7 +161,7 @@ def bench_rq(redis_url: str, worker_class: str, processes: int, jobs: int, log_d
 
 
 def _raw_client(url: str, rows: int, ready, go, results) -> None:
-    connection = _connect(url, autocommit=False)
+    connection = connect(url, autocommit=False)
     cursor = connection.cursor()
     payload = json.dumps({"step": "step_1", "output": None})
     ready.wait()
@@ -192,32 +202,22 @@ def bench_raw_commits(url: str, processes: int, rows: int) -> float:
 
 def bench_engine(url: str, redis_url: str, pipeline: str, processes: int, tasks: int, log_dir: Path) -> float:
     """Tasks/s of ``pipeline`` run by ``processes`` ``manage.py rqworker`` processes."""
-    env = _engine_env(url, redis_url)
-    connection = _redis(redis_url)
+    env = project_env(url, redis_url)
+    connection = redis_connection(redis_url)
     connection.flushdb()
     batch = uuid.uuid4().hex
     try:
-        _run([sys.executable, __file__, "--submit", pipeline, str(tasks), batch], env, f"submitting {pipeline}")
-        database = _connect(url)
+        submit_tasks(env, pipeline, tasks, batch)
+        database = connect(url)
         try:
             with database.cursor() as cursor:
-
-                def succeeded() -> int:
-                    cursor.execute(
-                        "SELECT count(*) FILTER (WHERE state = 'succeeded'), "
-                        "count(*) FILTER (WHERE state NOT IN ('succeeded', 'queued', 'running')) "
-                        "FROM tasks_task WHERE input->>'batch' = %s",
-                        [batch],
-                    )
-                    done, other = cursor.fetchone()
-                    if other:
-                        raise BenchError(f"{other} {pipeline} tasks neither succeeded nor running")
-                    return done
-
-                argv = [sys.executable, "manage.py", "rqworker"]
                 log_path = log_dir / "engine-workers.log"
                 seconds = _drain(
-                    connection, ENGINE_QUEUE, tasks, lambda: _Workers(argv, processes, env, log_path), succeeded
+                    connection,
+                    ENGINE_QUEUE,
+                    tasks,
+                    lambda: ManagedProcesses(WORKER_ARGV, processes, env, log_path),
+                    lambda: count_succeeded(cursor, pipeline, batch),
                 )
         finally:
             database.close()
@@ -241,7 +241,7 @@ def run(
     ten_step_tasks: int = 300,
     raw_rows: int = 3000,
     worker_counts: tuple[int, ...] = (1, 2),
-    engine_database: str = "rc_bench_engine",
+    database: str = "rc_bench_engine",
     raw_database: str = "rc_bench_raw",
     keep: bool = False,
     server_url: str = DEFAULT_SERVER_URL,
@@ -250,14 +250,12 @@ def run(
     progress: Callable[[str], None] = print,
 ) -> dict:
     """Measure the baselines and the engine; write ``output``; return ``{"rows", "figures", "floors", ...}``."""
-    for name in (engine_database, raw_database):
-        if not DATABASE_NAME.fullmatch(name):
-            raise BenchError(f"database name {name!r}: use letters, digits and underscores only")
+    for name in (database, raw_database):
+        check_database_name(name)
     if 2 not in worker_counts:
         raise BenchError("the floors compare 2-worker figures: worker counts must include 2")
-    log_dir = (output.parent if output else ROOT / "var" / "bench").resolve()
-    log_dir.mkdir(parents=True, exist_ok=True)
-    engine_url = database_url(server_url, engine_database)
+    log_dir = log_directory(output)
+    engine_url = database_url(server_url, database)
     raw_url = database_url(server_url, raw_database)
     started = time.monotonic()
     figures: dict[str, dict] = {}
@@ -267,15 +265,14 @@ def run(
         progress(f"bench: {name}: {value:,.1f} {unit}")
 
     try:
-        progress(f"bench: creating databases {engine_database!r} and {raw_database!r}")
-        _recreate_database(server_url, raw_database)
-        _recreate_database(server_url, engine_database)
-        _scalar(
+        progress(f"bench: creating databases {database!r} and {raw_database!r}")
+        recreate_database(server_url, raw_database)
+        scalar(
             raw_url,
             f"CREATE TABLE {RAW_TABLE} (id bigserial PRIMARY KEY, step integer NOT NULL, payload jsonb NOT NULL, "
             "created_at timestamptz NOT NULL DEFAULT now()); SELECT 1",
         )
-        _run([sys.executable, "manage.py", "migrate", "--noinput"], _engine_env(engine_url, redis_url), "migrate")
+        create_migrated_database(server_url, database, project_env(engine_url, redis_url))
 
         for count in worker_counts:
             figure(f"rq_forking_{count}w", bench_rq(redis_url, "rq.worker.Worker", count, fork_jobs, log_dir), "jobs/s")
@@ -288,8 +285,8 @@ def run(
             figure(f"engine_10step_{count}w", tasks_per_second * 10, "steps/s")
     finally:
         if not keep:
-            _drop_database(server_url, engine_database)
-            _drop_database(server_url, raw_database)
+            drop_database(server_url, database)
+            drop_database(server_url, raw_database)
 
     rows = []
     for count in worker_counts:
@@ -317,9 +314,7 @@ def run(
         "seconds": round(time.monotonic() - started, 1),
         "environment": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
     }
-    if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(output, results)
     return results
 
 
@@ -367,58 +362,15 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
-    """The engine part's options (``prefix`` names them apart when they share a parser with the console's)."""
-    parser.add_argument(f"--{prefix}jobs", type=int, default=2000, help="no-op jobs per bare RQ SimpleWorker run")
-    parser.add_argument(f"--{prefix}fork-jobs", type=int, default=500, help="no-op jobs per forking rq.Worker run")
-    parser.add_argument(f"--{prefix}one-step-tasks", type=int, default=1000, help="bench_noop_1 tasks per run")
-    parser.add_argument(f"--{prefix}ten-step-tasks", type=int, default=300, help="bench_noop_10 tasks per run")
-    parser.add_argument(f"--{prefix}raw-rows", type=int, default=3000, help="raw commits per client (default 3000)")
-    parser.add_argument(f"--{prefix}database", default="rc_bench_engine", help="the engine's bench database")
-    parser.add_argument(f"--{prefix}raw-database", default="rc_bench_raw", help="the raw commits' database")
-    parser.add_argument(f"--{prefix}redis-url", default=DEFAULT_REDIS_URL, help="bench Redis (flushed!)")
-
-
-def run_from_options(options: argparse.Namespace, prefix: str = "", **kwargs) -> dict:
-    attribute = prefix.replace("-", "_")
-    for name in ("jobs", "fork_jobs", "one_step_tasks", "ten_step_tasks", "raw_rows"):
-        if getattr(options, attribute + name) < 1:
-            raise BenchError(f"--{prefix}{name.replace('_', '-')} must be a positive integer")
-    return run(
-        jobs=getattr(options, attribute + "jobs"),
-        fork_jobs=getattr(options, attribute + "fork_jobs"),
-        one_step_tasks=getattr(options, attribute + "one_step_tasks"),
-        ten_step_tasks=getattr(options, attribute + "ten_step_tasks"),
-        raw_rows=getattr(options, attribute + "raw_rows"),
-        engine_database=getattr(options, attribute + "database"),
-        raw_database=getattr(options, attribute + "raw_database"),
-        redis_url=getattr(options, attribute + "redis_url"),
-        **kwargs,
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    parser.add_argument("--keep", action="store_true", help="keep the bench databases")
-    parser.add_argument("--server-url", default=DEFAULT_SERVER_URL, help="PostgreSQL server, without a database")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    parser.add_argument("--submit", nargs=3, metavar=("PIPELINE", "COUNT", "BATCH"), help=argparse.SUPPRESS)
-    options = parser.parse_args(argv)
-    if options.submit:
-        pipeline, count, batch = options.submit
-        _submit_child(pipeline, int(count), batch)
-        return 0
-    try:
-        results = run_from_options(options, keep=options.keep, server_url=options.server_url, output=options.output)
-    except BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
-    print()
-    print(format_table(results))
-    print(f"\nwritten to {options.output}")
-    return 0
-
+PART = Part(
+    name="engine",
+    run=run,
+    format_table=format_table,
+    options=OPTIONS,
+    default_output=DEFAULT_OUTPUT,
+    doc=__doc__,
+    keep_help="keep the bench databases",
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(PART.main())

@@ -9,12 +9,11 @@ another 1,000 tasks have succeeded (the count when read may be a few past the ma
 MB here are /proc's kB divided by 1024.
 
 It is a benchmark, not a test: there is no floor, the figures are for comparing runs. ``run(...)`` does the work
-and returns the results; ``main()`` is the command line.
+and returns the results; ``PART.main()`` is the command line.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 import uuid
@@ -22,7 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench_db import connect, database_url, drop_database
+from bench_part import REDIS_URL_OPTION, Option, Part, positive_int, write_results
 from bench_processes import (
+    BENCH_DIR,
     DEFAULT_REDIS_URL,
     DEFAULT_SERVER_URL,
     ENGINE_QUEUE,
@@ -30,24 +31,28 @@ from bench_processes import (
     BenchError,
     ManagedProcesses,
     QueueHold,
+    count_succeeded,
     create_migrated_database,
     log_directory,
-    part_main,
-    part_options,
-    positive_int,
     project_env,
     redis_connection,
     submit_tasks,
     wait_registered,
-    write_results,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUTPUT = ROOT / "var" / "bench" / "memory.json"
+DEFAULT_OUTPUT = BENCH_DIR / "memory.json"
 PIPELINE = "bench_noop_1"
 POLL_SECONDS = 0.02
 # A drain that makes no progress for this long is stuck, however many tasks are left.
 STALL_TIMEOUT = 60
+
+
+OPTIONS = (
+    Option("tasks", type=positive_int, default=10_000, help="bench_noop_1 tasks to drain"),
+    Option("every", type=positive_int, default=1_000, help="read the memory every N tasks"),
+    Option("database", default="rc_bench_memory", help="the memory part's database"),
+    REDIS_URL_OPTION,
+)
 
 
 def memory_mb(pid: int) -> dict[str, float]:
@@ -58,19 +63,6 @@ def memory_mb(pid: int) -> dict[str, float]:
         if name in ("VmRSS", "VmHWM"):
             found[name] = round(int(value.split()[0]) / 1024, 1)
     return {"rss_mb": found["VmRSS"], "peak_mb": found["VmHWM"]}
-
-
-def _succeeded(cursor, batch: str) -> int:
-    cursor.execute(
-        "SELECT count(*) FILTER (WHERE state = 'succeeded'), "
-        "count(*) FILTER (WHERE state NOT IN ('succeeded', 'queued', 'running')) "
-        "FROM tasks_task WHERE input->>'batch' = %s",
-        [batch],
-    )
-    done, other = cursor.fetchone()
-    if other:
-        raise BenchError(f"{other} {PIPELINE} tasks neither succeeded nor running")
-    return done
 
 
 def _drain_and_read(url: str, connection, batch: str, tasks: int, every: int, workers: ManagedProcesses) -> dict:
@@ -86,7 +78,7 @@ def _drain_and_read(url: str, connection, batch: str, tasks: int, every: int, wo
             QueueHold(connection, ENGINE_QUEUE).release()
             done, progressed_at = 0, time.monotonic()
             while marks:
-                count = _succeeded(cursor, batch)
+                count = count_succeeded(cursor, PIPELINE, batch)
                 if count >= marks[0]:
                     # The worker goes on meanwhile: the reading is noted with the count it followed.
                     reading = memory_mb(pid)
@@ -191,25 +183,9 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
-    """The memory part's options (``prefix`` names them apart when they share a parser with other parts')."""
-    parser.add_argument(f"--{prefix}tasks", type=positive_int, default=10_000, help="bench_noop_1 tasks to drain")
-    parser.add_argument(f"--{prefix}every", type=positive_int, default=1_000, help="read the memory every N tasks")
-    parser.add_argument(f"--{prefix}database", default="rc_bench_memory", help="the memory part's database")
-    parser.add_argument(f"--{prefix}redis-url", default=DEFAULT_REDIS_URL, help="bench Redis (flushed!)")
-
-
-# run()'s keyword arguments that add_arguments() declares.
-OPTION_NAMES = ("tasks", "every", "database", "redis_url")
-
-
-def run_from_options(options: argparse.Namespace, prefix: str = "", **kwargs) -> dict:
-    return run(**part_options(options, prefix, OPTION_NAMES), **kwargs)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return part_main(argv, sys.modules[__name__], __doc__.splitlines()[0], DEFAULT_OUTPUT)
-
+PART = Part(
+    name="memory", run=run, format_table=format_table, options=OPTIONS, default_output=DEFAULT_OUTPUT, doc=__doc__
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(PART.main())

@@ -1,4 +1,4 @@
-"""Processes shared by the benchmark scripts: the project's environment, manage.py commands, workers, submissions.
+"""Processes shared by the benchmark scripts: environment, manage.py commands, workers, gunicorn, submissions.
 
 Every process a benchmark starts runs in its own process group with its output in a log file, and is stopped
 by its PID (``ManagedProcesses.stop``), never by a name. Run as a script, this file is the child that submits
@@ -7,7 +7,7 @@ tasks through ``task_submit`` with the benchmark's settings (``submit_tasks``).
 
 from __future__ import annotations
 
-import argparse
+import http.client
 import json
 import os
 import re
@@ -20,13 +20,19 @@ from pathlib import Path
 
 from bench_db import database_url, recreate_database
 
-ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = Path(__file__).resolve().parent
+ROOT = SCRIPTS.parent
+BENCH_DIR = ROOT / "var" / "bench"  # the parts' results files and, beside them, their process logs
+# The parts import the project's own process helpers (chaos.processes: gunicorn's command line, a free port).
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432"
 # Database 14 of the local Redis is the benchmarks' own: the parts flush it before and after they use it.
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
 ENGINE_QUEUE = "default"  # the project's only queue (settings.RELIABILITY_QUEUE)
 WORKER_ARGV = [sys.executable, "manage.py", "rqworker"]
 WORKER_START_TIMEOUT = 60
+SERVER_START_TIMEOUT = 60
 # A SIGTERMed worker finishes its job first (warm shutdown): this long, then its group is killed.
 STOP_TIMEOUT_SECONDS = 20
 # The name is put into DROP DATABASE: a plain identifier only.
@@ -42,67 +48,11 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (a bad size fails at parse time, not after an hour of other parts)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
-
-
-def part_options(options: argparse.Namespace, prefix: str, names: tuple[str, ...]) -> dict:
-    """``run(...)``'s keyword arguments from a part's options, named with ``prefix`` on a shared parser."""
-    attribute = prefix.replace("-", "_")
-    return {name: getattr(options, attribute + name) for name in names}
-
-
-def part_main(argv: list[str] | None, part, description: str, default_output: Path) -> int:
-    """The command line of one part (a module with ``add_arguments``, ``run_from_options``, ``format_table``)."""
-    exit_on_sigterm()
-    parser = argparse.ArgumentParser(description=description)
-    part.add_arguments(parser)
-    parser.add_argument("--keep", action="store_true", help="keep the bench database")
-    parser.add_argument("--server-url", default=DEFAULT_SERVER_URL, help="PostgreSQL server, without a database")
-    parser.add_argument("--output", type=Path, default=default_output)
-    options = parser.parse_args(argv)
-    try:
-        results = part.run_from_options(
-            options, keep=options.keep, server_url=options.server_url, output=options.output
-        )
-    except BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
-    print()
-    print(part.format_table(results))
-    print(f"\nwritten to {options.output}")
-    return 0
-
-
 def log_directory(output: Path | None) -> Path:
     """Where a part's process logs go: beside its results file."""
-    directory = (output.parent if output else ROOT / "var" / "bench").resolve()
+    directory = (output.parent if output else BENCH_DIR).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     return directory
-
-
-def write_results(output: Path | None, results: dict) -> None:
-    if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(results, indent=2) + "\n")
 
 
 def redis_connection(redis_url: str):
@@ -125,21 +75,27 @@ def project_env(url: str, redis_url: str, **settings: str) -> dict:
     }
 
 
-def run_command(argv: list[str], env: dict, what: str) -> str:
-    result = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True)
+def run_command(argv: list[str], env: dict, what: str, *, stream: bool = False) -> str:
+    """Run ``argv`` in the project root; its output (with ``stream``, its output goes to the terminal instead)."""
+    stdout = None if stream else subprocess.PIPE
+    result = subprocess.run(argv, env=env, cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, text=True)
     if result.returncode != 0:
         raise BenchError(f"{what} failed:\n{result.stderr.strip()[-3000:]}")
-    return result.stdout
+    return result.stdout or ""
 
 
-def manage(env: dict, *args: str) -> str:
-    return run_command([sys.executable, "manage.py", *args], env, f"manage.py {args[0]}")
+def manage(env: dict, *args: str, stream: bool = False) -> str:
+    return run_command([sys.executable, "manage.py", *args], env, f"manage.py {args[0]}", stream=stream)
+
+
+def check_database_name(name: str) -> None:
+    if not DATABASE_NAME.fullmatch(name):
+        raise BenchError(f"database name {name!r}: use letters, digits and underscores only")
 
 
 def create_migrated_database(server_url: str, name: str, env: dict) -> str:
     """Drop and create the database ``name``, migrate it with ``env`` (whose DATABASE_URL names it); its URL."""
-    if not DATABASE_NAME.fullmatch(name):
-        raise BenchError(f"database name {name!r}: use letters, digits and underscores only")
+    check_database_name(name)
     url = database_url(server_url, name)
     if env["DATABASE_URL"] != url:
         raise BenchError(f"the environment's DATABASE_URL is not the database {name!r}")
@@ -205,6 +161,33 @@ def wait_registered(connection, queue: str, count: int, workers: ManagedProcesse
     time.sleep(0.5)
 
 
+def start_web_server(argv: list[str], port: int, env: dict, log_path: Path, ready_path: str) -> ManagedProcesses:
+    """gunicorn (``argv``, bound to ``port`` on 127.0.0.1), once ``GET ready_path`` answers 200."""
+    server = ManagedProcesses(argv, 1, env, log_path, what="gunicorn")
+    try:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        while not _answers(port, ready_path):
+            server.check_alive()
+            if time.monotonic() > deadline:
+                raise BenchError(f"gunicorn did not answer within {SERVER_START_TIMEOUT}s; see {log_path}")
+            time.sleep(0.3)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def _answers(port: int, path: str) -> bool:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        connection.close()
+
+
 class QueueHold:
     """Keep a queue's jobs away from its workers until ``release()``: the list is renamed away and back."""
 
@@ -227,6 +210,20 @@ class QueueHold:
 def submit_tasks(env: dict, pipeline: str, count: int, batch: str) -> None:
     """Submit ``count`` tasks of ``pipeline`` with input ``{"batch": batch, "n": index}``, in a child process."""
     run_command([sys.executable, __file__, "--submit", pipeline, str(count), batch], env, f"submitting {pipeline}")
+
+
+def count_succeeded(cursor, pipeline: str, batch: str) -> int:
+    """How many of the tasks ``submit_tasks`` submitted as ``batch`` succeeded; a BenchError if any ended otherwise."""
+    cursor.execute(
+        "SELECT count(*) FILTER (WHERE state = 'succeeded'), "
+        "count(*) FILTER (WHERE state NOT IN ('succeeded', 'queued', 'running')) "
+        "FROM tasks_task WHERE input->>'batch' = %s",
+        [batch],
+    )
+    done, other = cursor.fetchone()
+    if other:
+        raise BenchError(f"{other} {pipeline} tasks neither succeeded nor running")
+    return done
 
 
 def submit_child(pipeline: str, count: int, batch: str) -> None:

@@ -18,12 +18,11 @@ The floor, per setting, is the slowest sample <= lease + sweep interval + 2 s: t
 sweep re-queues the task, a worker claims it.
 
 It is a benchmark, not a test: the floors are reported, never enforced. ``run(...)`` does the work and returns
-the results; ``main()`` is the command line.
+the results; ``PART.main()`` is the command line.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics
@@ -34,10 +33,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench_db import connect, database_url, drop_database
+from bench_part import REDIS_URL_OPTION, Option, Part, positive_float, positive_int, write_results
 from bench_processes import (
+    BENCH_DIR,
     DEFAULT_REDIS_URL,
     DEFAULT_SERVER_URL,
     ENGINE_QUEUE,
+    SCRIPTS,
     WORKER_ARGV,
     WORKER_START_TIMEOUT,
     BenchError,
@@ -45,19 +47,12 @@ from bench_processes import (
     create_migrated_database,
     log_directory,
     manage,
-    part_main,
-    part_options,
-    positive_float,
-    positive_int,
     project_env,
     redis_connection,
     submit_tasks,
-    write_results,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = Path(__file__).resolve().parent
-DEFAULT_OUTPUT = ROOT / "var" / "bench" / "recovery.json"
+DEFAULT_OUTPUT = BENCH_DIR / "recovery.json"
 SETTINGS = ("default", "short")
 SHORT_LEASE_SECONDS = 3.0
 SHORT_SWEEP_SECONDS = 0.5
@@ -69,6 +64,16 @@ RECOVERY_TIMEOUT_MARGIN = 60
 POLL_SECONDS = 0.01
 WORKERS = 2
 PIPELINE_NAME = "bench_recovery"  # scripts/bench_recovery_pipeline.py
+
+
+OPTIONS = (
+    Option("settings", nargs="+", choices=SETTINGS, default=list(SETTINGS), help="lease settings to measure"),
+    Option("samples", type=positive_int, default=3, help="kills per setting"),
+    Option("short_lease", type=positive_float, default=SHORT_LEASE_SECONDS, help="seconds"),
+    Option("short_sweep", type=positive_float, default=SHORT_SWEEP_SECONDS, help="seconds"),
+    Option("database", default="rc_bench_recovery", help="the recovery part's database"),
+    REDIS_URL_OPTION,
+)
 
 
 def started_key(task_id) -> str:
@@ -312,29 +317,9 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
-    """The recovery part's options (``prefix`` names them apart when they share a parser with other parts')."""
-    parser.add_argument(
-        f"--{prefix}settings", nargs="+", choices=SETTINGS, default=list(SETTINGS), help="lease settings to measure"
-    )
-    parser.add_argument(f"--{prefix}samples", type=positive_int, default=3, help="kills per setting")
-    parser.add_argument(f"--{prefix}short-lease", type=positive_float, default=SHORT_LEASE_SECONDS, help="seconds")
-    parser.add_argument(f"--{prefix}short-sweep", type=positive_float, default=SHORT_SWEEP_SECONDS, help="seconds")
-    parser.add_argument(f"--{prefix}database", default="rc_bench_recovery", help="the recovery part's database")
-    parser.add_argument(f"--{prefix}redis-url", default=DEFAULT_REDIS_URL, help="bench Redis (flushed!)")
-
-
-# run()'s keyword arguments that add_arguments() declares.
-OPTION_NAMES = ("settings", "samples", "short_lease", "short_sweep", "database", "redis_url")
-
-
-def run_from_options(options: argparse.Namespace, prefix: str = "", **kwargs) -> dict:
-    return run(**part_options(options, prefix, OPTION_NAMES), **kwargs)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return part_main(argv, sys.modules[__name__], __doc__.splitlines()[0], DEFAULT_OUTPUT)
-
+PART = Part(
+    name="recovery", run=run, format_table=format_table, options=OPTIONS, default_output=DEFAULT_OUTPUT, doc=__doc__
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(PART.main())
