@@ -1,25 +1,28 @@
 """Leases: who may work on a task right now, fenced by a monotonically increasing token.
 
-A claim is one transaction: read the row, apply the transition, save it
-conditionally on (state, fencing token), read the checkpoints. Every later
+A claim reads the row (and its checkpoints), applies the transition and
+saves it with one conditional update on (state, fencing token). Every later
 write by the holder is conditional on the token it got; a worker whose lease
 was taken over (a zombie) finds its writes rejected and stops.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models.functions import Now
-from django_fsm import ConcurrentTransition
 
 from reliability_console.exceptions import LeaseLost
+from tasks.fenced_writes import one_statement, task_save_fenced
 from tasks.models import LEASED_STATES, Checkpoint, Task, TaskState, lease_expiry
 
 logger = logging.getLogger(__name__)
@@ -70,38 +73,46 @@ class _TooEarly(Exception):
 MAX_EARLY_WAIT_SECONDS = 5.0
 
 
+CLAIM_FIELDS = [
+    "state",
+    "retry_at",
+    "fencing_token",
+    "lease_owner",
+    "lease_expires_at",
+    "step_attempt",
+    "total_attempts",
+    "updated_at",
+]
+
+
 def _claim_once(*, task_id: str, owner: str) -> Claim | None:
-    try:
-        with transaction.atomic():
-            task = Task.objects.annotate(db_now=Now()).filter(pk=task_id).first()
-            if task is None:
-                return None
-            if task.state == TaskState.RETRY_SCHEDULED:
-                deadline_passed = task.deadline is not None and task.deadline <= task.db_now
-                if task.retry_at is not None and task.retry_at > task.db_now and not deadline_passed:
-                    raise _TooEarly((task.retry_at - task.db_now).total_seconds())
-                task.make_due()
-            if task.state == TaskState.QUEUED:
-                task.claim(owner=owner, lease_seconds=lease_seconds())
-            elif task.state == TaskState.COMPENSATING and not task.lease_owner:
-                task.claim_compensation(owner=owner, lease_seconds=lease_seconds())
-            else:
-                return None
-            task.save(
-                update_fields=[
-                    "state",
-                    "retry_at",
-                    "fencing_token",
-                    "lease_owner",
-                    "lease_expires_at",
-                    "step_attempt",
-                    "total_attempts",
-                    "updated_at",
-                ]
-            )
-            outputs = dict(Checkpoint.objects.filter(task_id=task.pk).values_list("step_index", "output"))
-    except ConcurrentTransition:
+    # Two round trips: read the row (with the database's clock and, on
+    # PostgreSQL, the checkpoints), then one conditional update on the state
+    # and token that were read. A concurrent claim or a takeover in between
+    # makes the update match nothing, and this delivery ends without effects.
+    # Checkpoints read with the row are complete: only the lease holder
+    # writes them, and no one can hold the lease until this update wins.
+    task = _task_for_claim(task_id)
+    if task is None:
         return None
+    if task.state == TaskState.RETRY_SCHEDULED:
+        deadline_passed = task.deadline is not None and task.deadline <= task.db_now
+        if task.retry_at is not None and task.retry_at > task.db_now and not deadline_passed:
+            raise _TooEarly((task.retry_at - task.db_now).total_seconds())
+        task.make_due()
+    if task.state == TaskState.QUEUED:
+        task.claim(owner=owner, lease_seconds=lease_seconds())
+    elif task.state == TaskState.COMPENSATING and not task.lease_owner:
+        task.claim_compensation(owner=owner, lease_seconds=lease_seconds())
+    else:
+        return None
+    try:
+        task_save_fenced(task, CLAIM_FIELDS)
+    except LeaseLost:
+        return None
+    outputs = task.checkpoint_outputs
+    if outputs is None:
+        outputs = dict(Checkpoint.objects.filter(task_id=task.pk).values_list("step_index", "output"))
     logger.info(
         "task claimed",
         extra={
@@ -114,6 +125,51 @@ def _claim_once(*, task_id: str, owner: str) -> Claim | None:
         },
     )
     return Claim(task=task, owner=owner, outputs=outputs)
+
+
+def _task_for_claim(task_id: str) -> Task | None:
+    """The task with ``db_now`` and ``checkpoint_outputs`` (on PostgreSQL from the same query, else None)."""
+    if not one_statement():
+        task = Task.objects.filter(pk=task_id).annotate(db_now=Now()).order_by().first()
+        if task is not None:
+            task.checkpoint_outputs = None
+        return task
+    # SQL built once per process instead of a queryset compiled for each delivery.
+    columns, converters, sql = _claim_read()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [Task._meta.pk.get_db_prep_value(task_id, connection)])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    values = list(row[: len(columns)])
+    for index, column, convert in converters:
+        values[index] = convert(values[index], column, connection)
+    task = Task.from_db(connection.alias, columns, values)
+    task.db_now, pairs = row[len(columns) :]
+    if isinstance(pairs, str):
+        pairs = json.loads(pairs)
+    task.checkpoint_outputs = {index: output for index, output in pairs or ()}
+    return task
+
+
+@functools.cache
+def _claim_read() -> tuple[list[str], list, str]:
+    """Task columns, their from-database converters and the query: the row, the database's clock, the checkpoints."""
+    fields = Task._meta.concrete_fields
+    converters = []
+    for index, task_field in enumerate(fields):
+        column = task_field.get_col(Task._meta.db_table)
+        for convert in connection.ops.get_db_converters(column) + column.get_db_converters(connection):
+            converters.append((index, column, convert))
+    q = connection.ops.quote_name
+    task_table, checkpoints = q(Task._meta.db_table), q(Checkpoint._meta.db_table)
+    sql = (
+        f"SELECT {', '.join(f'{task_table}.{q(task_field.column)}' for task_field in fields)}, STATEMENT_TIMESTAMP(), "
+        f"(SELECT jsonb_agg(jsonb_build_array(c.{q('step_index')}, c.{q('output')})) FROM {checkpoints} c "
+        f"WHERE c.{q('task_id')} = {task_table}.{q(Task._meta.pk.column)}) "
+        f"FROM {task_table} WHERE {task_table}.{q(Task._meta.pk.column)} = %s"
+    )
+    return [task_field.attname for task_field in fields], converters, sql
 
 
 def lease_extend(*, task_id, fencing_token: int) -> None:
@@ -129,7 +185,9 @@ class Heartbeat:
     """Extends a lease from a background thread while a long step runs.
 
     Fast steps never trigger it (each step's checkpoint already pushes the
-    lease), so it costs nothing on the hot path.
+    lease). The thread is the process's one heartbeat thread, started once
+    and shared by every task the process runs, so entering and leaving a
+    heartbeat costs no thread start and join per task.
     """
 
     def __init__(self, *, task_id, fencing_token: int, interval: float | None = None) -> None:
@@ -137,36 +195,115 @@ class Heartbeat:
         self.fencing_token = fencing_token
         self.interval = interval if interval is not None else max(lease_seconds() / 3.0, 0.2)
         self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{task_id}", daemon=True)
+        self.due = 0.0
 
     def __enter__(self) -> Heartbeat:
-        self._thread.start()
+        _keeper.add(self)
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        _keeper.remove(self)
+
+    def beat(self) -> bool:
+        """Extend the lease once; False when it was lost (no further beats)."""
+        try:
+            lease_extend(task_id=self.task_id, fencing_token=self.fencing_token)
+        except LeaseLost:
+            self.lost.set()
+            logger.warning(
+                "lease lost",
+                extra={"event": "lease_lost", "task_id": str(self.task_id), "fencing_token": self.fencing_token},
+            )
+            return False
+        except Exception:  # a database blip must not kill the heartbeat thread
+            logger.warning("heartbeat failed", extra={"event": "heartbeat_failed", "task_id": str(self.task_id)})
+            # Reconnect on the next beat rather than reuse a broken connection.
+            connection.close()
+        return True
+
+
+# The longest a finishing task waits for a beat of its lease that is under way (a hung database).
+BEAT_WAIT_SECONDS = 5.0
+
+
+class _HeartbeatThread:
+    """The process's heartbeat thread: beats each held lease every ``interval`` seconds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)  # the thread: a beat is due earlier than it planned
+        self._idle = threading.Condition(self._lock)  # removers: the beat they wait for is over
+        self._held: dict[int, Heartbeat] = {}
+        self._beating: Heartbeat | None = None
+        self._wake_at: float | None = None  # when the thread wakes by itself (None: only when notified)
+        self._connected = False  # the thread's database connection is open
+        self._thread: threading.Thread | None = None
+
+    def add(self, heartbeat: Heartbeat) -> None:
+        with self._lock:
+            heartbeat.due = time.monotonic() + heartbeat.interval
+            self._held[id(heartbeat)] = heartbeat
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+                self._thread.start()
+            elif self._wake_at is None or heartbeat.due < self._wake_at:
+                # Only an earlier beat needs the thread awake: most tasks finish before their first.
+                self._wake.notify()
+
+    def remove(self, heartbeat: Heartbeat) -> None:
+        """Stop beating ``heartbeat``; a beat of it already under way is waited for (a while), as a join would."""
+        with self._lock:
+            self._held.pop(id(heartbeat), None)
+            deadline = time.monotonic() + BEAT_WAIT_SECONDS
+            while self._beating is heartbeat and time.monotonic() < deadline:
+                self._idle.wait(deadline - time.monotonic())
+            if not self._held and self._connected:
+                self._wake.notify()  # to give its connection back now
 
     def _run(self) -> None:
+        while True:
+            with self._lock:
+                due = self._due_now()
+                while not due and (self._held or not self._connected):
+                    self._wake_at = min((held.due for held in self._held.values()), default=None)
+                    self._wake.wait(None if self._wake_at is None else self._wake_at - time.monotonic())
+                    due = self._due_now()
+                self._wake_at = None
+                if not due:
+                    self._connected = False
+            if not due:
+                # Nothing held: give the database connection back until a long step needs one again.
+                connection.close()
+                continue
+            for heartbeat in due:
+                self._beat(heartbeat)
+
+    def _beat(self, heartbeat: Heartbeat) -> None:
+        # Outside the lock: a slow database must not hold up tasks starting or ending.
+        with self._lock:
+            if self._held.get(id(heartbeat)) is not heartbeat:
+                return
+            self._beating = heartbeat
+            self._connected = True
+        alive = False
         try:
-            while not self._stop.wait(self.interval):
-                try:
-                    lease_extend(task_id=self.task_id, fencing_token=self.fencing_token)
-                except LeaseLost:
-                    self.lost.set()
-                    logger.warning(
-                        "lease lost",
-                        extra={
-                            "event": "lease_lost",
-                            "task_id": str(self.task_id),
-                            "fencing_token": self.fencing_token,
-                        },
-                    )
-                    return
-                except Exception:  # a database blip must not kill the heartbeat thread
-                    logger.warning(
-                        "heartbeat failed", extra={"event": "heartbeat_failed", "task_id": str(self.task_id)}
-                    )
+            alive = heartbeat.beat()
         finally:
-            connection.close()
+            with self._lock:
+                self._beating = None
+                if not alive:
+                    self._held.pop(id(heartbeat), None)
+                self._idle.notify_all()
+
+    def _due_now(self) -> list[Heartbeat]:
+        now = time.monotonic()
+        due = [held for held in self._held.values() if held.due <= now]
+        for held in due:
+            held.due = now + held.interval
+        return due
+
+
+_keeper = _HeartbeatThread()
+# A forked child (RQ's forking worker) has no heartbeat thread, and the lock may
+# have been held by it at the fork: start over with a fresh one.
+os.register_at_fork(after_in_child=lambda: globals().update(_keeper=_HeartbeatThread()))

@@ -8,13 +8,15 @@ cannot move a task backwards.
 
 from __future__ import annotations
 
+import datetime
+import functools
 import uuid
 
 from django.db import models
 from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
-from django_fsm import ConcurrentTransition, ConcurrentTransitionMixin, FSMField, transition
+from django_fsm import ConcurrentTransition, ConcurrentTransitionMixin, FSMField, FSMFieldMixin, transition
 
 
 class TaskState(models.TextChoices):
@@ -125,6 +127,30 @@ class Task(ConcurrentTransitionMixin, models.Model):
     # A worker's save is also fenced: see _do_update.
     def save(self, *args, **kwargs) -> None:
         super().save(*args, **kwargs)
+        self._loaded_fencing_token = self.fencing_token
+
+    @property
+    def state_fields(self):
+        # The mixin scans every field for FSM fields on each load and save; they never change.
+        return _fsm_fields(type(self))
+
+    def _update_initial_state(self) -> None:
+        # The mixin keeps the state the row was read or saved in to itself;
+        # a fenced write made without save() needs it too (fencing_guard).
+        super()._update_initial_state()
+        self._saved_state = self.state
+
+    def fencing_guard(self) -> tuple[str, int | None]:
+        """(state, fencing token) the row must still have for this instance's write to apply.
+
+        The same condition ``save()`` applies: the state the row was read or
+        last saved in, and the token it was read with (None: not fenced).
+        """
+        return self._saved_state, getattr(self, "_loaded_fencing_token", None)
+
+    def mark_saved(self) -> None:
+        """Record a write made outside ``save()`` (see ``tasks.fenced_writes``): the next guard starts here."""
+        self._update_initial_state()
         self._loaded_fencing_token = self.fencing_token
 
     # --- fencing --------------------------------------------------------------
@@ -271,10 +297,16 @@ class Task(ConcurrentTransitionMixin, models.Model):
         return self.state in TERMINAL_STATES
 
 
+@functools.cache
+def _fsm_fields(model: type[models.Model]) -> tuple[models.Field, ...]:
+    return tuple(field for field in model._meta.fields if isinstance(field, FSMFieldMixin))
+
+
+# Cached: one expression object per lease length, so a fenced write compiles it once
+# (tasks.fenced_writes). Saving resolves a copy; the shared object is never changed.
+@functools.lru_cache(maxsize=32)
 def lease_expiry(lease_seconds: float):
     """An expression for "database now + lease": leases never trust a worker's clock."""
-    import datetime
-
     return models.ExpressionWrapper(
         Now() + datetime.timedelta(seconds=lease_seconds), output_field=models.DateTimeField()
     )

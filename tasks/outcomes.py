@@ -2,7 +2,9 @@
 
 Each function runs in a single ``transaction.atomic()``: the fenced task
 update comes first (so a zombie stops before writing anything else), then
-the attempt row, checkpoint and ledger rows of the same outcome.
+the attempt row, checkpoint and ledger rows of the same outcome. A step
+that succeeded, the hot path, is one fenced statement that does all of it
+(``tasks.fenced_writes``): atomic by itself, one round trip.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dlq.services import dlq_item_open, dlq_item_resolve_retried, dlq_item_set_s
 from reliability_console.exceptions import LeaseLost
 from tasks.classify import Classification
 from tasks.delivery import deliver_on_commit
+from tasks.fenced_writes import task_save_fenced
 from tasks.leases import Claim, lease_extend, lease_seconds
 from tasks.models import (
     AttemptKind,
@@ -130,36 +133,42 @@ def _ledger_rows(task: Task, step_index: int, step_name: str, keys: dict[str, st
 def step_succeeded(
     *, claim: Claim, record: AttemptRecord, output: Any, used_keys: dict[str, str], is_last: bool
 ) -> None:
-    """Commit a step: checkpoint, attempt row, ledger and the task's progress (or its success)."""
+    """Commit a step: checkpoint, attempt row, ledger and the task's progress (or its success).
+
+    One fenced statement (see ``tasks.fenced_writes``): a step costs one
+    round trip, and a zombie's outcome is rejected whole.
+    """
     task = claim.task
-    with transaction.atomic():
-        if is_last:
-            was_in_dlq = task.in_dlq
+    if is_last and task.in_dlq:
+        # An operator's retry worked: its DLQ item is resolved in the same transaction.
+        with transaction.atomic():
             task.succeed(result=output)
-            _save_fenced(task, TASK_FINISH_FIELDS)
-            if was_in_dlq:
-                # An operator's retry worked: its DLQ item is resolved with it.
-                resolved = dlq_item_resolve_retried(task_id=task.pk)
-                metrics.dlq_item_resolved(pipeline=task.pipeline, resolution="retried", count=resolved)
-        else:
-            task.advance(lease_seconds=lease_seconds())
-            _save_fenced(task, TASK_PROGRESS_FIELDS)
-        # The checkpoint and attempt rows belong to the step that just ran.
-        Checkpoint.objects.create(
-            task_id=task.pk, step_index=record.step_index, step_name=record.step_name, output=output
-        )
-        StepAttempt.objects.bulk_create([record.row(task)])
-        if used_keys:
-            SideEffect.objects.bulk_create(
-                _ledger_rows(task, record.step_index, record.step_name, used_keys, EffectStatus.DONE),
-                ignore_conflicts=True,
-            )
+            _save_step(task, TASK_FINISH_FIELDS, record, output, used_keys)
+            resolved = dlq_item_resolve_retried(task_id=task.pk)
+            metrics.dlq_item_resolved(pipeline=task.pipeline, resolution="retried", count=resolved)
+    elif is_last:
+        task.succeed(result=output)
+        _save_step(task, TASK_FINISH_FIELDS, record, output, used_keys)
+    else:
+        task.advance(lease_seconds=lease_seconds())
+        _save_step(task, TASK_PROGRESS_FIELDS, record, output, used_keys)
     claim.outputs[record.step_index] = output
     _record_attempt_metrics(task, record)
     if is_last:
         metrics.task_finished(
             pipeline=task.pipeline, state=task.state, created_at=task.created_at, finished_at=task.finished_at
         )
+
+
+def _save_step(task: Task, fields: list[str], record: AttemptRecord, output: Any, used_keys: dict[str, str]) -> None:
+    # The checkpoint and attempt rows belong to the step that just ran.
+    checkpoint = Checkpoint(task_id=task.pk, step_index=record.step_index, step_name=record.step_name, output=output)
+    task_save_fenced(
+        task,
+        fields,
+        rows=[checkpoint, record.row(task)],
+        rows_ignoring_conflicts=_ledger_rows(task, record.step_index, record.step_name, used_keys, EffectStatus.DONE),
+    )
 
 
 def _record_attempt_metrics(task: Task, record: AttemptRecord, *, retried: bool = False) -> None:

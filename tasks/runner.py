@@ -115,7 +115,7 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
         )
 
     # A transactional step's own writes commit together with its checkpoint;
-    # otherwise the checkpoint transaction opens only after the step returned.
+    # otherwise the checkpoint is written (one statement) after the step returned.
     scope = transaction.atomic() if step.transactional else contextlib.nullcontext()
     try:
         with scope:

@@ -1,0 +1,271 @@
+"""A worker's fenced write: the task's conditional update and the rows of the same outcome, as one statement.
+
+A step's outcome (task progress, checkpoint, attempt row, ledger rows) is
+small, and on PostgreSQL its cost is round trips and planning: BEGIN, one
+statement per row, COMMIT. Here it is one prepared statement::
+
+    WITH fenced AS (UPDATE tasks_task SET ... WHERE id = $1 AND (state = $2 AND fencing_token = $3) IS TRUE
+                    RETURNING ...),
+         row_1 AS (INSERT INTO tasks_checkpoint (...) SELECT v.* FROM fenced CROSS JOIN (VALUES (...)) AS v),
+         row_2 AS (INSERT INTO tasks_stepattempt (...) SELECT v.* FROM fenced CROSS JOIN (VALUES (...)) AS v)
+    SELECT ... FROM fenced
+
+The inserts read ``fenced``, so they write nothing when the guard fails: a
+zombie's outcome is rejected as a whole. A single statement is atomic on
+its own, so outside a transaction it commits by itself in one round trip;
+inside ``transaction.atomic()`` (a transactional step) it joins the step's
+transaction. The guard is the one ``Task.save`` applies: the state the row
+was read or last saved in (ConcurrentTransitionMixin) and the fencing token
+it was read with. Other databases (SQLite for local use) take the ORM path.
+
+Each statement is prepared once per database session, so parsing and
+planning happen once too. A proxy that hands out another session between
+transactions (pgbouncer in transaction mode) loses them: ``_execute``
+prepares again when the server says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import uuid
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, models, transaction
+from django.db.models.sql import UpdateQuery
+from django_fsm import ConcurrentTransition
+
+from reliability_console.exceptions import LeaseLost
+from tasks.models import Task
+
+# Databases whose fenced writes take one statement; others take the ORM path (same outcome, more round trips).
+ONE_STATEMENT_VENDORS = frozenset({"postgresql"})
+
+
+def one_statement() -> bool:
+    """Whether the current database takes the one-statement path."""
+    return connection.vendor in ONE_STATEMENT_VENDORS
+
+
+def task_save_fenced(
+    task: Task,
+    fields: Sequence[str],
+    *,
+    rows: Sequence[models.Model] = (),
+    rows_ignoring_conflicts: Sequence[models.Model] = (),
+) -> None:
+    """Save ``fields`` of ``task`` and insert ``rows``, all or nothing; ``LeaseLost`` when the guard fails.
+
+    ``rows_ignoring_conflicts`` skip rows that would violate a unique
+    constraint (the ledger: a key recorded once stays recorded).
+    """
+    if not one_statement():
+        _save_with_orm(task, fields, rows, rows_ignoring_conflicts)
+        return
+    db = connections[DEFAULT_DB_ALIAS]  # the thread's connection itself: no proxy lookup per value
+    state, token = task.fencing_guard()
+    values = []
+    expressions = []
+    for name in fields:
+        field = Task._meta.get_field(name)
+        value = field.pre_save(task, add=False)  # auto_now fields take the current time, as in save()
+        if hasattr(value, "resolve_expression"):
+            expressions.append(_compile(value))
+        else:
+            expressions.append(None)
+            values.append(_to_db(field)(value, db))
+    groups = _by_model(rows)
+    kept_groups = _by_model(rows_ignoring_conflicts)
+    statement = _statement(
+        tuple(fields),
+        tuple(expressions),
+        token is not None,
+        tuple((model, len(group)) for model, group in groups),
+        tuple((model, len(group)) for model, group in kept_groups),
+    )
+    params = [*values, task.pk, state]
+    if token is not None:
+        params.append(token)
+    for model, group in groups + kept_groups:
+        prepare = _insert_fields(model)
+        for row in group:
+            params += [to_db(field.pre_save(row, add=True), db) for field, to_db in prepare]
+    written = _execute(db, statement, params)
+    if written is None:
+        raise LeaseLost(f"task {task.pk}: a newer lease holder or state exists")
+    # The database's values of expressions (the lease's expiry) replace them, as a reload would.
+    for field, value in zip(statement.returned, written[1:], strict=True):
+        setattr(task, field.attname, value)
+    task.mark_saved()
+
+
+def _save_with_orm(task: Task, fields, rows, rows_ignoring_conflicts) -> None:
+    with transaction.atomic():
+        try:
+            task.save(update_fields=list(fields))
+        except ConcurrentTransition:
+            raise LeaseLost(f"task {task.pk}: a newer lease holder or state exists") from None
+        for model, group in _by_model(rows):
+            model.objects.bulk_create(group)
+        for model, group in _by_model(rows_ignoring_conflicts):
+            model.objects.bulk_create(group, ignore_conflicts=True)
+
+
+@dataclass(frozen=True)
+class _Statement:
+    name: str
+    sql: str  # with $n placeholders
+    returned: tuple[models.Field, ...]
+    execute_sql: str  # EXECUTE name(%s, ...)
+
+
+# One statement per shape of write (fields, literal expressions, row counts): a handful per process.
+@functools.lru_cache(maxsize=256)
+def _statement(fields, expressions, fenced: bool, row_shape, kept_shape) -> _Statement:
+    placeholders = iter(range(1, 10_000))
+
+    def param(cast: str = "") -> str:
+        return f"CAST(${next(placeholders)} AS {cast})" if cast else f"${next(placeholders)}"
+
+    table = Task._meta.db_table
+    sets = []
+    returned = []
+    for name, expression in zip(fields, expressions, strict=True):
+        field = Task._meta.get_field(name)
+        if expression is None:
+            sets.append(f"{_q(field.column)} = {param()}")
+        else:
+            sets.append(f"{_q(field.column)} = {expression}")
+            returned.append(field)
+    where = f"{_q(Task._meta.pk.column)} = {param()}"
+    guard = f"{_q(Task._meta.get_field('state').column)} = {param()}"
+    if fenced:
+        guard += f" AND {_q(Task._meta.get_field('fencing_token').column)} = {param()}"
+    # "(guard) IS TRUE" filters the row the primary key finds: written as
+    # plain conditions, the planner may use an index on state instead and
+    # walk every running task (and its dead versions) on each step.
+    where += f" AND ({guard}) IS TRUE"
+    returning = ", ".join([_q(Task._meta.pk.column)] + [_q(field.column) for field in returned])
+    parts = [f"fenced AS (UPDATE {_q(table)} SET {', '.join(sets)} WHERE {where} RETURNING {returning})"]
+    for prefix, shape, conflict in (("row", row_shape, ""), ("kept", kept_shape, " ON CONFLICT DO NOTHING")):
+        for model, count in shape:
+            fields_of_row = [field for field, _ in _insert_fields(model)]
+            columns = ", ".join(_q(field.column) for field in fields_of_row)
+            # Parameters of INSERT ... SELECT are not typed by their target
+            # columns (as in VALUES): each is cast to its column's type. Text
+            # goes as text (a cast to varchar(n) would silently truncate).
+            casts = [_cast_type(field) for field in fields_of_row]
+            values = ", ".join("(" + ", ".join(param(cast) for cast in casts) + ")" for _ in range(count))
+            parts.append(
+                f"{prefix}_{len(parts)} AS (INSERT INTO {_q(model._meta.db_table)} ({columns}) "
+                f"SELECT v.* FROM fenced CROSS JOIN (VALUES {values}) AS v{conflict})"
+            )
+    sql = f"WITH {', '.join(parts)} SELECT {returning} FROM fenced"
+    name = "rc_fenced_" + hashlib.sha1(sql.encode()).hexdigest()[:20]
+    arguments = ", ".join(["%s"] * (next(placeholders) - 1))
+    return _Statement(name, sql, tuple(returned), f"EXECUTE {name}({arguments})")
+
+
+# The statements prepared on each server connection (a new connection starts with none).
+_prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# SQLSTATE of "prepared statement does not exist".
+UNKNOWN_STATEMENT = "26000"
+
+
+def _execute(db, statement: _Statement, params: list) -> tuple | None:
+    with db.cursor() as cursor:
+        prepared = _prepared.setdefault(db.connection, set())
+        if statement.name not in prepared:
+            # Prepared statements outlive a rolled-back transaction, so the
+            # record holds even if this transaction fails later.
+            cursor.execute(f"PREPARE {statement.name} AS {statement.sql}")
+            prepared.add(statement.name)
+        try:
+            cursor.execute(statement.execute_sql, params)
+        except DatabaseError as exc:
+            if getattr(exc.__cause__, "pgcode", None) != UNKNOWN_STATEMENT:
+                raise
+            # The session lost its statements (DISCARD ALL, a pooler handing
+            # out another session): prepare again. Inside a transaction the
+            # error has aborted it, so only the caller's retry can help.
+            prepared.clear()
+            if db.in_atomic_block:
+                raise
+            cursor.execute(f"PREPARE {statement.name} AS {statement.sql}")
+            prepared.add(statement.name)
+            cursor.execute(statement.execute_sql, params)
+        return cursor.fetchone()
+
+
+@functools.lru_cache(maxsize=64)
+def _compile(expression) -> str:
+    """An expression's SQL with its parameters inlined (a literal, prepared once with its statement)."""
+    query = UpdateQuery(Task)
+    compiler = query.get_compiler(connection=connection)
+    sql, params = compiler.compile(expression.resolve_expression(query, allow_joins=False, for_save=True))
+    with connection.cursor() as cursor:
+        return cursor.mogrify(sql, params).decode()
+
+
+@functools.cache
+def _insert_fields(model: type[models.Model]) -> tuple[tuple[models.Field, Callable], ...]:
+    return tuple((field, _to_db(field)) for field in model._meta.concrete_fields if field is not model._meta.auto_field)
+
+
+# Python types that a field of each kind sends to PostgreSQL unchanged (get_db_prep_save is the identity).
+_AS_IS = {
+    "AutoField": (int,),
+    "BigAutoField": (int,),
+    "IntegerField": (int,),
+    "BigIntegerField": (int,),
+    "SmallIntegerField": (int,),
+    "PositiveIntegerField": (int,),
+    "PositiveBigIntegerField": (int,),
+    "PositiveSmallIntegerField": (int,),
+    "CharField": (str,),
+    "TextField": (str,),
+    "FloatField": (float,),
+    "BooleanField": (bool,),
+    "UUIDField": (uuid.UUID,),
+}
+
+
+@functools.cache
+def _to_db(field: models.Field) -> Callable:
+    """``field.get_db_prep_save``, skipped for values it would pass unchanged (most of a step's values)."""
+    kind = (field.target_field if field.is_relation else field).get_internal_type()
+    if kind == "DateTimeField":
+
+        def to_db(value, db):
+            if value is None or (type(value) is datetime and value.tzinfo is not None):
+                return value
+            return field.get_db_prep_save(value, db)  # a naive datetime: Django warns and converts
+
+        return to_db
+    as_is = _AS_IS.get(kind)
+    if as_is is None:
+        return field.get_db_prep_save  # JSON and anything else: always Django's conversion
+
+    def to_db(value, db):
+        return value if value is None or type(value) in as_is else field.get_db_prep_save(value, db)
+
+    return to_db
+
+
+def _cast_type(field: models.Field) -> str:
+    db_type = field.db_type(connection)
+    return "text" if db_type.startswith(("varchar", "text")) else db_type
+
+
+def _by_model(rows: Sequence[models.Model]) -> list[tuple[type[models.Model], list[models.Model]]]:
+    groups: dict[type[models.Model], list[models.Model]] = {}
+    for row in rows:
+        groups.setdefault(type(row), []).append(row)
+    return list(groups.items())
+
+
+def _q(name: str) -> str:
+    return connection.ops.quote_name(name)

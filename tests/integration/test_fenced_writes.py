@@ -1,0 +1,247 @@
+"""A step's outcome as one fenced statement, the claim's two round trips, and the shared heartbeat thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from reliability_console.exceptions import LeaseLost
+from tasks import fenced_writes
+from tasks.leases import Heartbeat, task_claim
+from tasks.models import AttemptKind, AttemptOutcome, Checkpoint, EffectStatus, SideEffect, StepAttempt, Task
+from tasks.outcomes import AttemptRecord, step_succeeded
+from tasks.services import task_submit
+from tasks.sweeper import sweep_once
+from tests.support import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _redis(clean_redis):
+    return clean_redis
+
+
+@pytest.fixture(params=["postgresql", "portable"])
+def write_path(request, monkeypatch):
+    """Each test runs on PostgreSQL's one-statement path and on the ORM path other databases take."""
+    if request.param == "portable":
+        monkeypatch.setattr(fenced_writes, "ONE_STATEMENT_VENDORS", frozenset())
+    return request.param
+
+
+def record(index: int, name: str, worker: str = "w1") -> AttemptRecord:
+    now = timezone.now()
+    return AttemptRecord(
+        kind=AttemptKind.STEP,
+        step_index=index,
+        step_name=name,
+        attempt=1,
+        worker=worker,
+        started_at=now,
+        finished_at=now,
+        outcome=AttemptOutcome.SUCCEEDED,
+    )
+
+
+def test_a_step_writes_progress_checkpoint_attempt_and_ledger_together(write_path):
+    task = task_submit(pipeline="t_local", input={})
+    claim = task_claim(task_id=str(task.pk), owner="w1")
+    lease_before = Task.objects.get(pk=task.pk).lease_expires_at
+
+    step_succeeded(claim=claim, record=record(0, "local_a"), output={"a": "k"}, used_keys={"a": "key-a"}, is_last=False)
+
+    row = Task.objects.get(pk=task.pk)
+    assert (row.state, row.current_step, row.step_attempt, row.total_attempts) == ("running", 1, 1, 2)
+    assert row.lease_expires_at > lease_before and row.updated_at > task.updated_at
+    if write_path == "postgresql":
+        # The instance holds what was written, the lease's database-computed expiry included.
+        assert claim.task.lease_expires_at == row.lease_expires_at
+    assert Checkpoint.objects.get(task=task, step_index=0).output == {"a": "k"}
+    attempt = StepAttempt.objects.get(task=task, step_index=0)
+    assert (attempt.outcome, attempt.fencing_token, attempt.worker) == ("succeeded", claim.token, "w1")
+    assert SideEffect.objects.get(task=task).effect_key == "key-a"
+
+    step_succeeded(claim=claim, record=record(1, "local_b"), output={"b": 2}, used_keys={}, is_last=True)
+    row.refresh_from_db()
+    assert (row.state, row.result, row.lease_owner, row.lease_expires_at) == ("succeeded", {"b": 2}, "", None)
+    assert row.finished_at is not None
+    assert Checkpoint.objects.filter(task=task).count() == 2
+
+
+def test_a_zombie_step_writes_nothing(write_path):
+    task = task_submit(pipeline="t_local", input={})
+    zombie = task_claim(task_id=str(task.pk), owner="zombie")
+    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert sweep_once().requeued == 1
+    successor = task_claim(task_id=str(task.pk), owner="successor")
+    attempts_before = StepAttempt.objects.filter(task=task).count()
+
+    with pytest.raises(LeaseLost):
+        step_succeeded(
+            claim=zombie, record=record(0, "local_a", "zombie"), output={}, used_keys={"a": "key-a"}, is_last=False
+        )
+
+    assert not Checkpoint.objects.filter(task=task).exists()
+    assert not SideEffect.objects.filter(task=task).exists()
+    assert StepAttempt.objects.filter(task=task).count() == attempts_before
+    row = Task.objects.get(pk=task.pk)
+    assert (row.lease_owner, row.fencing_token, row.current_step) == ("successor", successor.token, 0)
+
+
+def test_a_write_after_another_writer_changed_the_state_is_rejected(write_path):
+    task = task_submit(pipeline="t_local", input={})
+    claim = task_claim(task_id=str(task.pk), owner="w1")
+    # Same token, other state: the state guard alone must reject the write.
+    Task.objects.filter(pk=task.pk).update(state="compensating")
+
+    with pytest.raises(LeaseLost):
+        step_succeeded(claim=claim, record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
+    assert not Checkpoint.objects.filter(task=task).exists()
+
+
+def test_a_ledger_key_already_recorded_is_kept_and_the_step_still_commits(write_path):
+    first = task_submit(pipeline="t_local", input={"n": 1})
+    SideEffect.objects.create(
+        task=first, step_index=0, step_name="local_a", effect_name="a", effect_key="shared", status="uncertain"
+    )
+    task = task_submit(pipeline="t_local", input={"n": 2})
+    claim = task_claim(task_id=str(task.pk), owner="w1")
+
+    step_succeeded(claim=claim, record=record(0, "local_a"), output={}, used_keys={"a": "shared"}, is_last=False)
+
+    assert Checkpoint.objects.filter(task=task).count() == 1
+    assert SideEffect.objects.get(effect_key="shared").task_id == first.pk
+    assert SideEffect.objects.get(effect_key="shared").status == EffectStatus.UNCERTAIN
+
+
+def test_a_claim_after_a_crash_reads_the_checkpoints_back(write_path):
+    task = task_submit(pipeline="t_local", input={})
+    first = task_claim(task_id=str(task.pk), owner="w1")
+    step_succeeded(claim=first, record=record(0, "local_a"), output={"a": [1, None]}, used_keys={}, is_last=False)
+    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert sweep_once().requeued == 1
+
+    second = task_claim(task_id=str(task.pk), owner="w2")
+
+    assert second is not None and second.token > first.token
+    assert second.outputs == {0: {"a": [1, None]}}
+    assert (second.task.current_step, second.task.lease_owner) == (1, "w2")
+    assert task_claim(task_id=str(task.pk), owner="w3") is None
+
+
+def test_a_step_costs_one_statement_and_a_claim_two():
+    tasks = [task_submit(pipeline="t_local", input={"n": n}) for n in range(2)]
+    claim = task_claim(task_id=str(tasks[0].pk), owner="w1")
+    step_succeeded(claim=claim, record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
+
+    with CaptureQueriesContext(connection) as claim_queries:
+        other = task_claim(task_id=str(tasks[1].pk), owner="w1")
+    with CaptureQueriesContext(connection) as step_queries:
+        step_succeeded(claim=other, record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
+
+    assert len(claim_queries) == 2, [query["sql"] for query in claim_queries]
+    # The statement was prepared on this connection by the first step: one round trip, no BEGIN/COMMIT.
+    assert [query["sql"].split()[0] for query in step_queries] == ["EXECUTE"]
+
+
+def test_the_fenced_update_finds_the_task_by_its_primary_key():
+    # Statistics taken while many tasks wait and none runs make "state =
+    # 'running'" look selective: a plain condition on state would then be
+    # answered from the state index, walking every running task on each step.
+    Task.objects.bulk_create(Task(pipeline="t_local", total_steps=2) for _ in range(500))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE tasks_task")
+    claims = [task_claim(task_id=str(task_submit(pipeline="t_local", input={"n": n}).pk), owner="w") for n in range(30)]
+    step_succeeded(claim=claims[0], record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
+
+    with CaptureQueriesContext(connection) as queries:
+        step_succeeded(claim=claims[1], record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + queries[0]["sql"])
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+
+    assert "Index Scan using tasks_task_pkey on tasks_task" in plan, plan
+
+
+def test_statements_are_prepared_again_when_the_session_lost_them():
+    task = task_submit(pipeline="t_local", input={})
+    claim = task_claim(task_id=str(task.pk), owner="w1")
+    step_succeeded(claim=claim, record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+
+    step_succeeded(claim=claim, record=record(1, "local_b"), output={"b": 2}, used_keys={}, is_last=True)
+
+    assert Task.objects.get(pk=task.pk).state == "succeeded"
+
+
+def test_the_heartbeat_extends_the_lease_until_its_task_ends():
+    task = task_submit(pipeline="t_local", input={})
+    claim = task_claim(task_id=str(task.pk), owner="w1")
+
+    def expiry():
+        return Task.objects.get(pk=task.pk).lease_expires_at
+
+    first = expiry()
+    with Heartbeat(task_id=task.pk, fencing_token=claim.token, interval=0.05):
+        second = wait_for(lambda: (value := expiry()) > first and value, timeout=10)
+        wait_for(lambda: expiry() > second, timeout=10)
+    ended = expiry()
+    time.sleep(0.3)  # six intervals: long enough for a beat that should not happen
+    assert expiry() == ended
+
+
+def test_the_heartbeat_reports_a_lease_taken_over():
+    task = task_submit(pipeline="t_local", input={})
+    claim = task_claim(task_id=str(task.pk), owner="w1")
+    Task.objects.filter(pk=task.pk).update(fencing_token=claim.token + 1)
+
+    with Heartbeat(task_id=task.pk, fencing_token=claim.token, interval=0.05) as heartbeat:
+        assert heartbeat.lost.wait(timeout=10)
+
+
+def test_heartbeats_of_two_tasks_share_one_thread_and_give_its_connection_back():
+    claims = [task_claim(task_id=str(task_submit(pipeline="t_local", input={"n": n}).pk), owner="w") for n in range(2)]
+
+    def expiry(claim):
+        return Task.objects.get(pk=claim.task.pk).lease_expires_at
+
+    before = [expiry(claim) for claim in claims]
+    with Heartbeat(task_id=claims[0].task.pk, fencing_token=claims[0].token, interval=0.05):
+        with Heartbeat(task_id=claims[1].task.pk, fencing_token=claims[1].token, interval=0.05):
+            wait_for(lambda: all(expiry(claim) > old for claim, old in zip(claims, before, strict=True)), timeout=10)
+            assert [thread.name for thread in threading.enumerate()].count("heartbeat") == 1
+
+    def other_sessions():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return cursor.fetchone()[0]
+
+    wait_for(lambda: other_sessions() == 0, timeout=10, message="the heartbeat thread kept its connection")
+
+
+@pytest.mark.parametrize("model", [Task, Checkpoint, StepAttempt, SideEffect])
+def test_values_skip_only_conversions_that_would_change_nothing(model):
+    samples = [None, 0, 7, True, 2.5, "", "7", "x" * 3, uuid.uuid4(), timezone.now(), {"a": [1, None]}, [1, "b"]]
+
+    def literal(convert, value):
+        try:
+            with connection.cursor() as cursor:
+                return cursor.mogrify("%s", [convert(value, connection)])
+        except Exception as exc:  # the same refusal either way
+            return type(exc)
+
+    for field in model._meta.concrete_fields:
+        shortcut = fenced_writes._to_db(field)
+        for value in samples:
+            assert literal(shortcut, value) == literal(field.get_db_prep_save, value), (field, value)
