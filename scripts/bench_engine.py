@@ -64,9 +64,9 @@ POLL_SECONDS = 0.02
 OPTIONS = (
     Option("jobs", type=positive_int, default=2000, help="no-op jobs per bare RQ SimpleWorker run"),
     Option("fork_jobs", type=positive_int, default=500, help="no-op jobs per forking rq.Worker run"),
-    Option("one_step_tasks", type=positive_int, default=1000, help="bench_noop_1 tasks per run"),
-    Option("ten_step_tasks", type=positive_int, default=300, help="bench_noop_10 tasks per run"),
-    Option("raw_rows", type=positive_int, default=3000, help="raw commits per client (default 3000)"),
+    Option("one_step_tasks", type=positive_int, default=2000, help="bench_noop_1 tasks per run"),
+    Option("ten_step_tasks", type=positive_int, default=1000, help="bench_noop_10 tasks per run"),
+    Option("raw_rows", type=positive_int, default=10000, help="raw commits per client (default 10000)"),
     Option("database", default="rc_bench_engine", help="the engine's bench database"),
     Option("raw_database", default="rc_bench_raw", help="the raw commits' database"),
     REDIS_URL_OPTION,

@@ -96,7 +96,10 @@ class Task(ConcurrentTransitionMixin, models.Model):
     failure_message = models.TextField(blank=True, default="")
     failed_step = models.CharField(max_length=100, blank=True, default="")
 
-    client = models.ForeignKey(ApiClient, null=True, blank=True, on_delete=models.PROTECT, related_name="tasks")
+    # Indexed by task_client_created_idx (client first); no separate index.
+    client = models.ForeignKey(
+        ApiClient, null=True, blank=True, on_delete=models.PROTECT, related_name="tasks", db_index=False
+    )
     # Copied from the submission for search; uniqueness lives in IdempotencyRecord
     # (records expire, after which a key may be used again).
     idempotency_scope = models.CharField(max_length=100, blank=True, default="")
@@ -193,11 +196,13 @@ class Task(ConcurrentTransitionMixin, models.Model):
         self.total_attempts += 1
 
     @transition(field=state, source=TaskState.RUNNING, target=TaskState.RUNNING)
-    def advance(self, *, lease_seconds: float) -> None:
+    def advance(self) -> None:
+        # Only unindexed columns change, so PostgreSQL can write the step's
+        # progress as a HOT update (no index entries). The lease is kept alive
+        # by the worker's heartbeat, not by each step.
         self.current_step += 1
         self.step_attempt = 1
         self.total_attempts += 1
-        self.lease_expires_at = lease_expiry(lease_seconds)
 
     @transition(field=state, source=TaskState.RUNNING, target=TaskState.SUCCEEDED)
     def succeed(self, *, result) -> None:
@@ -330,7 +335,8 @@ class AttemptOutcome(models.TextChoices):
 class StepAttempt(models.Model):
     """One row per attempt of a step, of a compensation or of the failure notice."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
+    # Looked up through the composite index that starts with task (one index less to write per step).
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts", db_index=False)
     kind = models.CharField(max_length=20, choices=AttemptKind.choices, default=AttemptKind.STEP)
     generation = models.PositiveIntegerField(default=0)
     step_index = models.IntegerField()
@@ -371,7 +377,8 @@ class StepAttempt(models.Model):
 class Checkpoint(models.Model):
     """A completed step and its output; a resumed task starts after the last one."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="checkpoints")
+    # Looked up through the composite index that starts with task (one index less to write per step).
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="checkpoints", db_index=False)
     step_index = models.PositiveIntegerField()
     step_name = models.CharField(max_length=100)
     output = models.JSONField(null=True, blank=True)
@@ -396,7 +403,8 @@ class EffectStatus(models.TextChoices):
 class SideEffect(models.Model):
     """The ledger of external effects: each key a step used, and whether it was undone."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="side_effects")
+    # Looked up through the composite index that starts with task (one index less to write per step).
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="side_effects", db_index=False)
     generation = models.PositiveIntegerField(default=0)
     step_index = models.IntegerField()
     step_name = models.CharField(max_length=100)

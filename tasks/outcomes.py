@@ -40,7 +40,8 @@ from tasks.pipelines import FailurePolicy
 
 logger = logging.getLogger(__name__)
 
-TASK_PROGRESS_FIELDS = ["state", "current_step", "step_attempt", "total_attempts", "lease_expires_at", "updated_at"]
+# No indexed column (not updated_at, not lease_expires_at): a step's progress is a HOT update.
+TASK_PROGRESS_FIELDS = ["state", "current_step", "step_attempt", "total_attempts"]
 TASK_FINISH_FIELDS = [
     "state",
     "current_step",
@@ -150,7 +151,7 @@ def step_succeeded(
         task.succeed(result=output)
         _save_step(task, TASK_FINISH_FIELDS, record, output, used_keys)
     else:
-        task.advance(lease_seconds=lease_seconds())
+        task.advance()
         _save_step(task, TASK_PROGRESS_FIELDS, record, output, used_keys)
     claim.outputs[record.step_index] = output
     _record_attempt_metrics(task, record)
