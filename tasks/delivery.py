@@ -92,8 +92,25 @@ def delivery_pending(task_id, fencing_token: int) -> bool | None:
     try:
         job = Job.fetch(job_id(task_id, fencing_token), connection=queue.connection, serializer=queue.serializer)
         status = job.get_status(refresh=False)
+        if status == JobStatus.QUEUED and _taken_out_by_dead_worker(queue, job.id):
+            return False
     except NoSuchJobError:
         return False
     except RedisError:
         return None
     return status in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
+
+
+def _taken_out_by_dead_worker(queue, job_id: str) -> bool:
+    """A queued job in RQ's intermediate list was taken by a worker that never started it.
+
+    A worker moves a job from the queue to the intermediate list as it
+    dequeues, and off it a moment later as it starts. One killed in between
+    leaves the job there with status "queued" and in no list a worker reads;
+    RQ's own clean-up fails it only after 10 minutes or more. The caller
+    asks once the task has waited its grace period, so such a job is lost:
+    it is taken off the list (RQ's clean-up would later fail the
+    re-delivery, which reuses the job id) and delivered again. Should its
+    worker only have been paused, two deliveries meet one conditional claim.
+    """
+    return bool(queue.connection.lrem(queue.intermediate_queue_key, 0, job_id))
