@@ -201,9 +201,9 @@ class WorkerPool:
         return "\n".join(f"--- {w.log_path.name}\n{w.tail(4000)}" for w in self.workers + self.retired)
 
 
-def gunicorn_argv(port: int, *, processes: int, threads: int) -> list[str]:
-    """gunicorn serving the project on 127.0.0.1 (gthread workers: the API waits on PostgreSQL, not the CPU)."""
-    return [
+def gunicorn_argv(port: int, *, processes: int, threads: int | None = None, timeout: int | None = None) -> list[str]:
+    """gunicorn serving the project on 127.0.0.1: gthread workers with ``threads``, else gunicorn's sync workers."""
+    argv = [
         sys.executable,
         "-m",
         "gunicorn",
@@ -212,10 +212,11 @@ def gunicorn_argv(port: int, *, processes: int, threads: int) -> list[str]:
         f"127.0.0.1:{port}",
         "--workers",
         str(processes),
-        "--worker-class",
-        "gthread",
-        "--threads",
-        str(threads),
         "--graceful-timeout",
         "5",
     ]
+    if threads is not None:
+        argv += ["--worker-class", "gthread", "--threads", str(threads)]
+    if timeout is not None:
+        argv += ["--timeout", str(timeout)]
+    return argv

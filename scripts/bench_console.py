@@ -45,7 +45,7 @@ from bench_processes import (
     start_web_server,
 )
 
-from chaos.processes import free_port  # bench_processes put the repository root on sys.path
+from chaos.processes import free_port, gunicorn_argv  # bench_processes put the repository root on sys.path
 
 DEFAULT_OUTPUT = BENCH_DIR / "console.json"
 # Database 15 of the local Redis: the dashboard reads queue lengths from it, and nothing else uses it.
@@ -109,18 +109,7 @@ def _percentile(samples: list[float], fraction: float) -> float:
 
 def _gunicorn_argv(port: int) -> list[str]:
     # gunicorn's default sync workers (not the API's gthread ones): the pages are timed one request at a time.
-    return [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "reliability_console.wsgi:application",
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--workers",
-        "2",
-        "--timeout",
-        str(WORKER_TIMEOUT_SECONDS),
-    ]
+    return gunicorn_argv(port, processes=2, timeout=WORKER_TIMEOUT_SECONDS)
 
 
 def _login(base_url: str, username: str, password: str):
