@@ -27,7 +27,7 @@ test: install lint
 bench: install
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
-# A fault campaign against a real deployment on this machine (PostgreSQL from DATABASE_URL's server).
+# A fault campaign against a real deployment on this machine (`make chaos CHAOS_ARGS="--help"` lists its options).
 chaos: install
 	$(BIN)/python -m chaos $(CHAOS_ARGS)
 
