@@ -105,13 +105,14 @@ class FaultInjector:
         """Prefer a worker that holds a lease right now (it is mid-step), else any live worker."""
         from django.db import close_old_connections
 
+        from tasks.jobs import worker_pid
         from tasks.models import LEASED_STATES, Task
 
         close_old_connections()
         owners = list(
             Task.objects.filter(state__in=LEASED_STATES).exclude(lease_owner="").values_list("lease_owner", flat=True)
         )
-        busy = [w for w in (self.deployment.pool.by_pid(_pid_of(o)) for o in owners) if w is not None]
+        busy = [w for w in (self.deployment.pool.by_pid(worker_pid(o)) for o in owners) if w is not None]
         candidates = busy or self.deployment.pool.live()
         if not candidates:
             return None, False
@@ -163,11 +164,3 @@ class FaultInjector:
             )
             (count,) = cursor.fetchone()
         self._note("pg-terminate", f"pg_terminate_backend on {count} sessions (workers, sweeper, web)")
-
-
-def _pid_of(lease_owner: str) -> int:
-    """Worker identities end in ``:<pid>`` (tasks.jobs.worker_identity)."""
-    try:
-        return int(lease_owner.rsplit(":", 1)[1])
-    except (IndexError, ValueError):
-        return -1

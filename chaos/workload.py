@@ -134,7 +134,6 @@ class Submitter:
                     "status": status,
                     "task_id": task_id,
                     "replayed": replayed,
-                    "deadline": None,
                     "error": error,
                 }
             )

@@ -102,12 +102,17 @@ def task_save_fenced(
     task.mark_saved()
 
 
+def task_save_guarded(task: Task, fields: Sequence[str]) -> None:
+    """``task.save(update_fields=fields)`` through the ORM, its guard failing as ``LeaseLost``."""
+    try:
+        task.save(update_fields=list(fields))
+    except ConcurrentTransition:
+        raise LeaseLost(f"task {task.pk}: a newer lease holder or state exists") from None
+
+
 def _save_with_orm(task: Task, fields, rows, rows_ignoring_conflicts) -> None:
     with transaction.atomic():
-        try:
-            task.save(update_fields=list(fields))
-        except ConcurrentTransition:
-            raise LeaseLost(f"task {task.pk}: a newer lease holder or state exists") from None
+        task_save_guarded(task, fields)
         for model, group in _by_model(rows):
             model.objects.bulk_create(group)
         for model, group in _by_model(rows_ignoring_conflicts):

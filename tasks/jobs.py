@@ -17,6 +17,14 @@ def worker_identity() -> str:
     return f"{worker}@{socket.gethostname()}:{os.getpid()}"
 
 
+def worker_pid(identity: str) -> int | None:
+    """The process id at the end of a ``worker_identity`` (a lease owner), None if it has none."""
+    try:
+        return int(identity.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
 def run_task(task_id: str) -> str:
     # Workers live long: drop a connection the database closed (restart,
     # pg_terminate_backend) before using it, as a web request would.

@@ -182,10 +182,11 @@ def lease_extend(*, task_id, fencing_token: int) -> None:
 
 
 class Heartbeat:
-    """Extends a lease from a background thread while a long step runs.
+    """Extends a lease from a background thread for as long as the task is held.
 
-    Fast steps never trigger it (each step's checkpoint already pushes the
-    lease). The thread is the process's one heartbeat thread, started once
+    A step's progress does not touch the lease (see ``Task.advance``), so
+    this is what keeps a task of many steps leased; one that finishes within
+    the first interval never beats. The thread is the process's one heartbeat thread, started once
     and shared by every task the process runs, so entering and leaving a
     heartbeat costs no thread start and join per task.
     """

@@ -16,15 +16,13 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
-from django_fsm import ConcurrentTransition
 
 from dlq import metrics
 from dlq.models import DLQStatus
 from dlq.services import dlq_item_open, dlq_item_resolve_retried, dlq_item_set_status
-from reliability_console.exceptions import LeaseLost
 from tasks.classify import Classification
 from tasks.delivery import deliver_on_commit
-from tasks.fenced_writes import task_save_fenced
+from tasks.fenced_writes import task_save_fenced, task_save_guarded
 from tasks.leases import Claim, lease_extend, lease_seconds
 from tasks.models import (
     AttemptKind,
@@ -109,13 +107,6 @@ class AttemptRecord:
         )
 
 
-def _save_fenced(task: Task, fields: list[str]) -> None:
-    try:
-        task.save(update_fields=fields)
-    except ConcurrentTransition:
-        raise LeaseLost(f"task {task.pk}: a newer lease holder or state exists") from None
-
-
 def _ledger_rows(task: Task, step_index: int, step_name: str, keys: dict[str, str], status: str) -> list:
     return [
         SideEffect(
@@ -189,7 +180,7 @@ def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datet
     with transaction.atomic():
         token = task.fencing_token
         task.schedule_retry(retry_at=retry_at)
-        _save_fenced(task, TASK_RETRY_FIELDS)
+        task_save_guarded(task, TASK_RETRY_FIELDS)
         StepAttempt.objects.bulk_create([record.row(task)])
         deliver_on_commit(task.pk, token, when=retry_at)
     _record_attempt_metrics(task, record, retried=True)
@@ -228,7 +219,7 @@ def task_failed(
         task.fail(reason=reason, code=error.code, message=error.message, step=step_name)
         if policy == FailurePolicy.COMPENSATE:
             task.start_compensation(owner=keep_lease_for or "", lease_seconds=lease_seconds())
-        _save_fenced(task, TASK_FAIL_FIELDS)
+        task_save_guarded(task, TASK_FAIL_FIELDS)
         if record is not None:
             StepAttempt.objects.bulk_create([record.row(task)])
         if uncertain_keys:
@@ -285,11 +276,11 @@ def compensation_finished(*, claim: Claim, errors: list[str]) -> None:
         if errors:
             message = "; ".join(errors)
             task.fail_compensation(code="compensation_failed", message=message)
-            _save_fenced(task, TASK_FAIL_FIELDS)
+            task_save_guarded(task, TASK_FAIL_FIELDS)
             dlq_item_set_status(task_id=task.pk, status=DLQStatus.OPEN, compensation_error=message)
         else:
             task.finish_compensation()
-            _save_fenced(task, ["state", "lease_owner", "lease_expires_at", "finished_at", "updated_at"])
+            task_save_guarded(task, ["state", "lease_owner", "lease_expires_at", "finished_at", "updated_at"])
             dlq_item_set_status(task_id=task.pk, status=DLQStatus.COMPENSATED)
     metrics.compensation_finished(pipeline=task.pipeline, outcome="failed" if errors else "compensated")
     metrics.task_finished(

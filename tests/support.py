@@ -73,8 +73,11 @@ class WorkerPool(chaos_processes.WorkerPool):
 
 
 def pid_of_owner(lease_owner: str) -> int:
-    """Worker identities end in ``:<pid>`` (see tasks.jobs.worker_identity)."""
-    return int(lease_owner.rsplit(":", 1)[1])
+    from tasks.jobs import worker_pid
+
+    pid = worker_pid(lease_owner)
+    assert pid is not None, f"no process id in worker identity {lease_owner!r}"
+    return pid
 
 
 class ApiServer:
