@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -42,6 +43,9 @@ INSTALLED_APPS = [
     "tasks.apps.TasksConfig",
     "dlq.apps.DlqConfig",
 ]
+# Development-only tools (seed_scale_data): in a source checkout, not in the wheel, which does not ship them.
+if importlib.util.find_spec("devtools") is not None:
+    INSTALLED_APPS.append("devtools")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
-from dlq.management.commands import seed_scale_data
+from devtools.scale_data import service as seed_service
 from dlq.models import UNRESOLVED_STATUSES, DLQItem, DLQStatus
 from tasks.models import Checkpoint, SideEffect, StepAttempt, Task, TaskState
 from tests.support import ROOT, process_env
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 TASKS = 2_000
 DLQ_ITEMS = 400
-# The task state each DLQ status goes with (see the outcomes in seed_scale_data).
+# The task state each DLQ status goes with (see the outcomes in devtools.scale_data.shape).
 TASK_STATES_OF_STATUS = {
     DLQStatus.OPEN: {TaskState.FAILED, TaskState.COMPENSATION_FAILED},
     DLQStatus.RETRYING: {TaskState.QUEUED},
@@ -113,7 +113,7 @@ def test_some_tasks_have_attempts_checkpoints_and_side_effects(seeded):
 
 
 def test_a_database_with_data_needs_force(monkeypatch, seeded):
-    monkeypatch.setattr(seed_scale_data, "EXISTING_ROWS_LIMIT", 1_000)
+    monkeypatch.setattr(seed_service, "EXISTING_ROWS_LIMIT", 1_000)
     with pytest.raises(CommandError, match="already hold more than 1,000 rows; use --force"):
         seed()
     seed(force=True)

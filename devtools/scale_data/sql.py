@@ -1,192 +1,43 @@
-"""python manage.py seed_scale_data --tasks N --dlq-items M: millions of realistic rows, for benchmarks.
+"""The SQL that makes the rows: one ``INSERT … SELECT`` per table, over a batch of ordinals, and its parameters.
 
-PostgreSQL only. Rows are made by set-based SQL (``INSERT … SELECT … FROM
-generate_series``), one batch of ordinals per statement, so 5,000,000 tasks
-take minutes, not hours.
+Rows are made by set-based SQL (``INSERT … SELECT … FROM generate_series``),
+one batch of ordinals per statement, so 5,000,000 tasks take minutes, not
+hours.
 
 Every value of a row is a pure function of its ordinal and ``--seed`` (hashes,
 not ``random()``): the task insert, the DLQ insert and the detail insert each
-recompute what they need about a task instead of reading it back, and two
-runs into an empty database with the same arguments make the same rows (their
-times count back from the moment of the run). The shape:
-
-- six pipelines; task creation times spread evenly over the last 30 days, in
-  insertion order (as a live table grows), the newest few in flight;
-- ``min(tasks, dlq_items)`` tasks ever dead-lettered, spread over the table,
-  failing in one of a handful of ways (ten fingerprints); about 30 % of the
-  items unresolved (failed, compensating, compensated, being retried), the
-  rest resolved with ``resolved_at`` set (retried and succeeded, compensated,
-  closed); only a task's last item may be unresolved;
-- every task state; the first DLQ tasks and the newest tasks take each
-  outcome in turn, so even a small seed shows them all;
-- a few hundred tasks get step attempts, checkpoints and side effects, so
-  their pages have content.
+recompute what they need about a task (``_task_rows``) instead of reading it
+back. The statements take the shape's tables as arrays (``sql_params``): a
+weighted choice indexes an array of ``SLOTS`` positions with a uniform number,
+and the DLQ reasons are the production text (``dlq.services.describe``) with a
+marker where each item's own message goes. Batches bind ``first`` and ``last``.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
-
-from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
-from django.utils import timezone
-
+from devtools.scale_data.shape import (
+    COMPENSATION_ERROR,
+    COMPENSATION_ERROR_CODE,
+    DETAILED_DLQ_TASKS,
+    DETAILED_NEWEST_TASKS,
+    DETAILED_OLDEST_TASKS,
+    FAILURE_MODES,
+    FAILURE_STATES,
+    IN_FLIGHT_OUTCOMES,
+    OUTCOMES,
+    PIPELINES,
+    RESOLUTION_NOTES,
+    RESOLVED_OUTCOMES,
+    RETRY_SCHEDULED_ERROR,
+    SEEDED_DAYS,
+    SLOTS,
+    SUCCEEDED,
+    TRANSIENT,
+    UNRESOLVED_OUTCOMES,
+    UNRESOLVED_SHARE,
+    SeedPlan,
+)
 from dlq.services import describe
-
-# More existing rows than this and the command wants --force: it is not meant to top up a live database.
-EXISTING_ROWS_LIMIT = 5_000
-SEEDED_DAYS = 30
-# Share of DLQ items left unresolved (the others are resolved, with resolved_at).
-UNRESOLVED_SHARE = 0.3
-# Share of the newest tasks that are still in flight (queued, running, retry scheduled).
-IN_FLIGHT_SHARE = 0.0015
-# Weighted choices are made by indexing an array of this many slots.
-SLOTS = 1000
-DETAILED_DLQ_TASKS = 200
-DETAILED_OLDEST_TASKS = 100
-DETAILED_NEWEST_TASKS = 50
-SEEDED_TABLES = ("tasks_task", "dlq_dlqitem", "tasks_stepattempt", "tasks_checkpoint", "tasks_sideeffect")
-TRANSIENT = "reliability_console.exceptions.TransientError"
-PERMANENT = "reliability_console.exceptions.PermanentError"
-
-
-@dataclass(frozen=True)
-class PipelineShape:
-    name: str
-    steps: tuple[str, ...]
-    weight: int
-    input_key: str
-    input_prefix: str
-
-
-@dataclass(frozen=True)
-class FailureMode:
-    pipeline: str
-    step: str
-    error_code: str
-    error_class: str
-    reason_code: str
-    message: str  # "{n}" becomes a number that varies per task
-    attempts: int
-    attempt_outcome: str
-    weight: int
-
-
-@dataclass(frozen=True)
-class Outcome:
-    task_state: str
-    weight: int
-    dlq_status: str = ""  # of the task's last DLQ item; "" for a task never dead-lettered
-    resolution_code: str = ""
-
-
-PIPELINES = (
-    PipelineShape("report", ("charge_quota", "generate_report", "upload_file", "notify_user"), 35, "topic", "sales "),
-    PipelineShape("invoice", ("load_order", "render_pdf", "store_pdf", "email_customer"), 20, "order_id", "ord-"),
-    PipelineShape("email_digest", ("collect_events", "render_digest", "send_email"), 15, "digest", "weekly-"),
-    PipelineShape(
-        "image_thumbnails", ("download_image", "resize", "upload_thumbnails"), 12, "image_url", "https://cdn/img/"
-    ),
-    PipelineShape("data_export", ("query_warehouse", "write_csv", "upload_export", "notify_owner"), 10, "job", "exp-"),
-    PipelineShape("webhook_delivery", ("sign_payload", "deliver"), 8, "endpoint", "https://hooks/"),
-)
-FAILURE_MODES = (
-    FailureMode(
-        "report", "charge_quota", "insufficient_quota", PERMANENT, "permanent_error",
-        "POST /v1/quota/charges: HTTP 402: user-{n} has no quota left", 1, "permanent_error", 40,
-    ),
-    FailureMode(
-        "report", "generate_report", "http_503", TRANSIENT, "attempts_exhausted",
-        "POST /v1/reports: HTTP 503: model backend overloaded (request r-{n})", 5, "transient_error", 35,
-    ),
-    FailureMode(
-        "report", "upload_file", "timeout", TRANSIENT, "deadline_exceeded",
-        "PUT /v1/files/report-{n}.txt: no answer in time", 3, "timeout", 25,
-    ),
-    FailureMode(
-        "invoice", "render_pdf", "unhandled_exception", "builtins.KeyError", "permanent_error",
-        "'vat_number' missing in order ord-{n}", 1, "permanent_error", 60,
-    ),
-    FailureMode(
-        "invoice", "email_customer", "rate_limited", TRANSIENT, "attempts_exhausted",
-        "POST /v1/send: HTTP 429: too many requests (retry after {n} ms)", 5, "transient_error", 40,
-    ),
-    FailureMode(
-        "email_digest", "send_email", "connection_error", TRANSIENT, "attempts_exhausted",
-        "POST /v1/send: connection failed (relay-{n})", 5, "transient_error", 100,
-    ),
-    FailureMode(
-        "image_thumbnails", "resize", "step_timeout", "reliability_console.exceptions.StepTimeout", "crash_loop",
-        "resize of img-{n} killed its worker", 3, "crashed", 70,
-    ),
-    FailureMode(
-        "image_thumbnails", "download_image", "http_404", PERMANENT, "permanent_error",
-        "GET /img/{n}.png: HTTP 404: not found", 1, "permanent_error", 30,
-    ),
-    FailureMode(
-        "data_export", "query_warehouse", "http_500", TRANSIENT, "attempts_exhausted",
-        "POST /v1/query: HTTP 500: warehouse error (job {n})", 5, "transient_error", 100,
-    ),
-    FailureMode(
-        "webhook_delivery", "deliver", "http_410", PERMANENT, "permanent_error",
-        "POST https://hooks/{n}: HTTP 410: endpoint gone", 1, "permanent_error", 100,
-    ),
-)  # fmt: skip
-COMPENSATION_ERROR_CODE = "http_500"
-COMPENSATION_ERROR = "compensation failed: HTTP 500 from the platform (ref c-{n})"
-RETRY_SCHEDULED_ERROR = ("http_503", TRANSIENT, "HTTP 503: service unavailable (request r-{n})")
-
-# Tasks never dead-lettered: the newest are in flight, the rest succeeded.
-SUCCEEDED = Outcome("succeeded", 1)
-IN_FLIGHT_OUTCOMES = (Outcome("queued", 40), Outcome("running", 20), Outcome("retry_scheduled", 20), SUCCEEDED)
-UNRESOLVED_OUTCOMES = (
-    Outcome("failed", 60, "open"),
-    Outcome("compensation_failed", 10, "open"),
-    Outcome("queued", 8, "retrying"),
-    Outcome("compensating", 7, "compensating"),
-    Outcome("compensated", 15, "compensated"),
-)
-RESOLVED_OUTCOMES = (
-    Outcome("succeeded", 45, "resolved", "retried"),
-    Outcome("compensated", 20, "resolved", "compensated"),
-    Outcome("failed", 10, "resolved", "fixed_manually"),
-    Outcome("failed", 10, "resolved", "ignored"),
-    Outcome("failed", 8, "resolved", "not_a_bug"),
-    Outcome("failed", 7, "resolved", "duplicate"),
-)
-OUTCOMES = (*IN_FLIGHT_OUTCOMES, *UNRESOLVED_OUTCOMES, *RESOLVED_OUTCOMES)
-RESOLUTION_NOTES = {
-    "retried": "the task succeeded after a retry",
-    "compensated": "compensated; nothing more to do",
-    "fixed_manually": "fixed by hand in the platform",
-    "ignored": "test account",
-    "not_a_bug": "the user's input was wrong",
-    "duplicate": "a duplicate of an earlier request",
-    "": "",
-}
-FAILURE_STATES = ("failed", "compensating", "compensated", "compensation_failed")
-
-
-@dataclass(frozen=True)
-class SeedPlan:
-    tasks: int
-    dlq_items: int
-    seed: int
-    salt: str
-    now: datetime
-
-    @property
-    def dlq_tasks(self) -> int:
-        # One item per task while there are enough tasks; beyond that, earlier items of a task are resolved.
-        return min(self.tasks, self.dlq_items)
-
-    @property
-    def in_flight(self) -> int:
-        return max(len(IN_FLIGHT_OUTCOMES), round(self.tasks * IN_FLIGHT_SHARE))
 
 
 def _slots(choices, universe) -> list[int]:
@@ -201,7 +52,7 @@ def _slots(choices, universe) -> list[int]:
     return (slots + slots[-1:] * SLOTS)[:SLOTS]
 
 
-def _params(plan: SeedPlan) -> dict:
+def sql_params(plan: SeedPlan) -> dict:
     modes_by_pipeline = {shape.name: [m for m in FAILURE_MODES if m.pipeline == shape.name] for shape in PIPELINES}
     mode_slots: list[int] = []
     for shape in PIPELINES:
@@ -336,7 +187,8 @@ TASK_COLUMNS = """id, pipeline, input, state, current_step, total_steps, step_at
     created_at, updated_at, finished_at"""
 
 
-def _tasks_insert(plan: SeedPlan) -> str:
+def tasks_insert(plan: SeedPlan) -> str:
+    """The INSERT of the tasks whose ordinals run from ``first`` to ``last``."""
     rows = _task_rows(plan, "SELECT generate_series(%(first)s::bigint, %(last)s::bigint) AS i")
     return f"""
     INSERT INTO tasks_task ({TASK_COLUMNS})
@@ -384,7 +236,8 @@ def _tasks_insert(plan: SeedPlan) -> str:
     """
 
 
-def _dlq_insert(plan: SeedPlan) -> str:
+def dlq_insert(plan: SeedPlan) -> str:
+    """The INSERT of the run's DLQ items ``first`` to ``last``, in task order."""
     k, m = plan.dlq_tasks, plan.dlq_items
     per_task, extra = m // k, m % k
     # Item q of the run, in task order (so ids grow with creation time, as in production): task number t
@@ -423,7 +276,7 @@ def _dlq_insert(plan: SeedPlan) -> str:
     """
 
 
-def _detail_inserts(plan: SeedPlan) -> list[str]:
+def detail_inserts(plan: SeedPlan) -> list[str]:
     """Attempts, checkpoints and side effects of a few hundred tasks: DLQ ones first, the oldest and the newest."""
     k, n = plan.dlq_tasks, plan.tasks
     source = f"""
@@ -503,107 +356,3 @@ def _detail_inserts(plan: SeedPlan) -> list[str]:
         WHERE state IN ('compensated', 'compensation_failed')
         """,
     ]
-
-
-def _positive(name: str, value) -> int:
-    try:
-        number = int(str(value).replace("_", "").replace(",", ""))
-    except ValueError:
-        raise CommandError(f"{name} must be a positive integer, not {value!r}") from None
-    if number < 1:
-        raise CommandError(f"{name} must be a positive integer, not {value!r}")
-    return number
-
-
-def _existing_rows(cursor, table: str) -> int:
-    # Counts at most one row past the limit: cheap on a table of any size.
-    cursor.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT {EXISTING_ROWS_LIMIT + 1}) AS existing")
-    return cursor.fetchone()[0]
-
-
-def _in_batches(cursor, sql: str, params: dict, *, total: int, batch: int, what: str, progress) -> None:
-    started = time.monotonic()
-    for first in range(0, total, batch):
-        last = min(first + batch, total) - 1
-        cursor.execute(sql, {**params, "first": first, "last": last})
-        elapsed = max(time.monotonic() - started, 1e-6)
-        done = last + 1
-        progress(f"{what}: {done:,}/{total:,} ({100 * done // total}%) in {elapsed:.0f}s ({done / elapsed:,.0f}/s)")
-
-
-def scale_data_seed(
-    *,
-    tasks: int,
-    dlq_items: int,
-    batch: int = 200_000,
-    seed: int = 1,
-    force: bool = False,
-    progress: Callable[[str], None] = lambda line: None,
-) -> dict[str, int]:
-    """Insert ``tasks`` tasks and ``dlq_items`` DLQ items (plus a few tasks' details); return rows per table."""
-    if connection.vendor != "postgresql":
-        raise CommandError(f"seed_scale_data needs PostgreSQL; this database is {connection.vendor}")
-    started = time.monotonic()
-    with connection.cursor() as cursor:
-        existing = {table: _existing_rows(cursor, table) for table in ("tasks_task", "dlq_dlqitem")}
-        crowded = [table for table, count in existing.items() if count > EXISTING_ROWS_LIMIT]
-        if crowded and not force:
-            raise CommandError(
-                f"{', '.join(crowded)} already hold more than {EXISTING_ROWS_LIMIT:,} rows; "
-                f"use --force to add more, or seed an empty database"
-            )
-        # Ids are md5(salt/ordinal): a second run into a non-empty table needs its own salt.
-        salt = str(seed) if not any(existing.values()) else f"{seed}-{uuid.uuid4().hex}"
-        plan = SeedPlan(tasks=tasks, dlq_items=dlq_items, seed=seed, salt=salt, now=timezone.now())
-        params = _params(plan)
-        # A benchmark load: losing the last commits in a crash costs nothing, waiting for each flush does.
-        cursor.execute("SET synchronous_commit = off")
-        cursor.execute("SET work_mem = '64MB'")
-        # Compiling the wide row expression costs seconds per statement, more than running it.
-        cursor.execute("SET jit = off")
-        try:
-            _in_batches(cursor, _tasks_insert(plan), params, total=tasks, batch=batch, what="tasks", progress=progress)
-            _in_batches(
-                cursor, _dlq_insert(plan), params, total=dlq_items, batch=batch, what="DLQ items", progress=progress
-            )
-            for sql in _detail_inserts(plan):
-                cursor.execute(sql, params)
-            progress("task details: attempts, checkpoints, side effects")
-            # VACUUM also sets the visibility map, so index-only scans behave as on a table that autovacuum keeps.
-            statement = "ANALYZE" if connection.in_atomic_block else "VACUUM (ANALYZE)"
-            for table in SEEDED_TABLES:
-                cursor.execute(f"{statement} {table}")
-            progress(f"{statement}: done")
-        finally:
-            cursor.execute("RESET synchronous_commit")
-            cursor.execute("RESET work_mem")
-            cursor.execute("RESET jit")
-        counts = {}
-        for table in SEEDED_TABLES:
-            cursor.execute(f"SELECT count(*) FROM {table}")
-            counts[table] = cursor.fetchone()[0]
-    progress(f"seeded {tasks:,} tasks and {dlq_items:,} DLQ items in {time.monotonic() - started:.0f}s")
-    return counts
-
-
-class Command(BaseCommand):
-    help = "Fill a PostgreSQL database with millions of realistic tasks and DLQ items, for benchmarks."
-
-    def add_arguments(self, parser):
-        # Parsed as text and checked in handle(), so a bad value is one CommandError line, not a usage dump.
-        parser.add_argument("--tasks", required=True, help="number of tasks, e.g. 5000000")
-        parser.add_argument("--dlq-items", required=True, help="number of DLQ items, e.g. 1000000")
-        parser.add_argument("--batch", default="200000", help="rows per INSERT statement (default 200000)")
-        parser.add_argument("--seed", default="1", help="seed of the distributions (default 1)")
-        parser.add_argument("--force", action="store_true", help="seed even if the tables already hold data")
-
-    def handle(self, *args, **options):
-        counts = scale_data_seed(
-            tasks=_positive("--tasks", options["tasks"]),
-            dlq_items=_positive("--dlq-items", options["dlq_items"]),
-            batch=_positive("--batch", options["batch"]),
-            seed=_positive("--seed", options["seed"]),
-            force=options["force"],
-            progress=lambda line: self.stdout.write(line),
-        )
-        self.stdout.write(", ".join(f"{table}: {count:,} rows" for table, count in counts.items()))
