@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from chaos.deployment import Deployment
+from chaos.processes import worker_pid
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +106,6 @@ class FaultInjector:
         """Prefer a worker that holds a lease right now (it is mid-step), else any live worker."""
         from django.db import close_old_connections
 
-        from tasks.jobs import worker_pid
         from tasks.models import LEASED_STATES, Task
 
         close_old_connections()

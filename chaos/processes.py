@@ -44,6 +44,14 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
         time.sleep(interval)
 
 
+def worker_pid(identity: str) -> int | None:
+    """The process id at the end of a worker identity (a lease owner, ``tasks.jobs.worker_identity``), else None."""
+    try:
+        return int(identity.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
 def manage_argv(*args: str) -> list[str]:
     return [sys.executable, str(ROOT / "manage.py"), *args]
 

@@ -12,16 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from dlq import metrics
 from dlq.audit import audit_denied, audit_record
 from dlq.models import AuditOutcome, DLQItem, DLQStatus, ResolutionCode
-from reliability_console.exceptions import ReliabilityError
+from tasks.exceptions import ReliabilityError, TaskNotActionable
 from tasks.models import Task, TaskState
-from tasks.services import TaskNotActionable, task_compensate, task_retry_from_checkpoint, task_retry_from_start
+from tasks.services import (
+    CLOSABLE_STATES,
+    task_close,
+    task_compensate,
+    task_retry_from_checkpoint,
+    task_retry_from_start,
+)
 
 MAX_REASON_LENGTH = 2000
 
@@ -55,12 +59,7 @@ ACTIONS: dict[str, OperatorAction] = {
             "dlq.compensate_dlqitem",
             (TaskState.FAILED, TaskState.COMPENSATION_FAILED),
         ),
-        OperatorAction(
-            "close",
-            _("Close"),
-            "dlq.close_dlqitem",
-            (TaskState.FAILED, TaskState.COMPENSATED, TaskState.COMPENSATION_FAILED),
-        ),
+        OperatorAction("close", _("Close"), "dlq.close_dlqitem", CLOSABLE_STATES),
     )
 }
 
@@ -89,6 +88,12 @@ class ActionResult:
     action: str
     state_before: str
     state_after: str
+
+
+@dataclass(frozen=True)
+class SelectionResult:
+    done: int
+    refused: int
 
 
 def action_available(*, item: DLQItem, action: str) -> bool:
@@ -142,7 +147,7 @@ def dlq_item_act(
                     gettext("not possible while the task is %(state)s: someone may have acted first")
                     % {"state": TaskState(before).label}
                 )
-            after = _apply(action, item, task, reason, resolution_code)
+            after = _apply(action, task, reason, resolution_code)
             audit_record(
                 actor=actor_name,
                 action=action,
@@ -175,7 +180,33 @@ def dlq_item_act(
     return ActionResult(item_id=item_id, action=action, state_before=before, state_after=after)
 
 
-def _apply(action: str, item: DLQItem, task: Task, reason: str, resolution_code: str) -> str:
+def dlq_items_act(
+    *, item_ids: list[int], action: str, actor, reason: str, client_ip: str | None = None, resolution_code: str = ""
+) -> SelectionResult:
+    """Apply ``action`` to each of ``item_ids`` in turn (the console's "selected rows"), each audited.
+
+    An item someone else already acted on, or in the wrong state, is counted
+    as refused; a missing permission or reason stops at the first item.
+    """
+    done = refused = 0
+    for item_id in item_ids:
+        try:
+            dlq_item_act(
+                item_id=item_id,
+                action=action,
+                actor=actor,
+                reason=reason,
+                client_ip=client_ip,
+                resolution_code=resolution_code,
+            )
+        except ActionRefused:
+            refused += 1
+        else:
+            done += 1
+    return SelectionResult(done=done, refused=refused)
+
+
+def _apply(action: str, task: Task, reason: str, resolution_code: str) -> str:
     if action == "retry":
         return task_retry_from_checkpoint(task_id=task.pk).state
     if action == "retry_from_start":
@@ -183,11 +214,4 @@ def _apply(action: str, item: DLQItem, task: Task, reason: str, resolution_code:
     if action == "compensate":
         return task_compensate(task_id=task.pk).state
     # close: the item is resolved; the task keeps its terminal state.
-    item.status = DLQStatus.RESOLVED
-    item.resolution_code = resolution_code
-    item.resolution_note = reason
-    item.resolved_at = timezone.now()
-    item.save(update_fields=["status", "resolution_code", "resolution_note", "resolved_at", "updated_at"])
-    Task.objects.filter(pk=task.pk).update(in_dlq=False)
-    metrics.dlq_item_resolved(pipeline=item.pipeline, resolution=resolution_code)
-    return task.state
+    return task_close(task_id=task.pk, resolution=ResolutionCode(resolution_code), note=reason).state

@@ -7,8 +7,14 @@ class DlqConfig(AppConfig):
     verbose_name = _("Dead-letter queue")
 
     def ready(self) -> None:
-        # Alert notifications run on the engine: every process (web, workers,
-        # the sweeper) knows the pipeline, whatever RELIABILITY_PIPELINE_MODULES says.
-        from dlq import alert_pipeline
+        # The console composes the engine: it registers its pipeline, its RQ
+        # entry point and its sweeper chores in every process (web, workers,
+        # the sweeper), whatever RELIABILITY_PIPELINE_MODULES says.
+        from dlq import chores
+        from dlq.alerting import pipeline
+        from dlq.bulk import RUN_BULK_ENTRY_POINT
+        from tasks.jobs import entry_point_register
 
-        alert_pipeline.register()
+        pipeline.register()
+        entry_point_register(RUN_BULK_ENTRY_POINT)
+        chores.chores_register()

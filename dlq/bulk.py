@@ -26,18 +26,31 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
 from dlq.actions import ACTIONS, ActionDenied, ActionRefused, ReasonRequired, dlq_item_act
 from dlq.audit import audit_denied, audit_record
 from dlq.models import AuditOutcome, BulkOperation, BulkStatus, ResolutionCode
-from reliability_console.exceptions import ReliabilityError
+from tasks.exceptions import ReliabilityError
 
 logger = logging.getLogger(__name__)
 
 RUN_BULK_ENTRY_POINT = "dlq.jobs.run_bulk_operation"
 BULK_PERMISSION = "dlq.bulk_dlqitem"
 APPROVE_PERMISSION = "dlq.approve_bulk_dlqitem"
+COMMAND_LABELS = {
+    "approve": _("Approve (four eyes)"),
+    "pause": _("Pause"),
+    "resume": _("Resume"),
+    "cancel": _("Cancel"),
+}
+# What a holder of the bulk permission can do to an operation in each status.
+COMMANDS_BY_STATUS = {
+    BulkStatus.RUNNING: ("pause", "cancel"),
+    BulkStatus.PAUSED: ("resume", "cancel"),
+    BulkStatus.AWAITING_APPROVAL: ("cancel",),
+}
 # One job works for about this long, then hands over to the next (keeps a worker free for tasks).
 SLICE_SECONDS = 2.0
 MAX_ITEMS = 100_000
@@ -123,7 +136,9 @@ def bulk_operation_approve(*, actor, operation_id: int, client_ip: str | None = 
         _audit(requested, username, "bulk_approve", requested.status, requested.status, "", client_ip, refused=True)
         raise BulkRefused(gettext("the requester cannot approve their own bulk action"))
     with transaction.atomic():
-        operation = BulkOperation.objects.select_for_update().get(pk=operation_id)
+        operation = BulkOperation.objects.select_for_update().filter(pk=operation_id).first()
+        if operation is None:
+            raise BulkRefused(gettext("no such bulk action"))
         if operation.status != BulkStatus.AWAITING_APPROVAL:
             raise BulkRefused(
                 gettext("this bulk action is %(status)s, not awaiting approval") % {"status": operation.status}
@@ -135,6 +150,27 @@ def bulk_operation_approve(*, actor, operation_id: int, client_ip: str | None = 
         _audit(operation, username, "bulk_approve", before, operation.status, "", client_ip)
         transaction.on_commit(lambda: bulk_operation_deliver(operation_id=operation.pk))
     return operation
+
+
+def bulk_operation_commands(*, operation: BulkOperation, actor) -> list[tuple[str, str]]:
+    """(command, label) of what ``actor`` may do to ``operation`` now, for its page's buttons."""
+    commands: list[tuple[str, str]] = []
+    if actor.has_perm(BULK_PERMISSION):
+        commands += [(command, COMMAND_LABELS[command]) for command in COMMANDS_BY_STATUS.get(operation.status, ())]
+    if (
+        operation.status == BulkStatus.AWAITING_APPROVAL
+        and actor.has_perm(APPROVE_PERMISSION)
+        and actor.get_username() != operation.requested_by
+    ):
+        commands.insert(0, ("approve", COMMAND_LABELS["approve"]))
+    return commands
+
+
+def bulk_operation_command(*, actor, operation_id: int, command: str, client_ip: str | None = None) -> BulkOperation:
+    """Approve, pause, resume or cancel a bulk operation (each checks its own permission)."""
+    if command == "approve":
+        return bulk_operation_approve(actor=actor, operation_id=operation_id, client_ip=client_ip)
+    return bulk_operation_control(actor=actor, operation_id=operation_id, command=command, client_ip=client_ip)
 
 
 TRANSITIONS = {
@@ -160,7 +196,9 @@ def bulk_operation_control(*, actor, operation_id: int, command: str, client_ip:
         raise ActionDenied(gettext("you may not control bulk actions"))
     sources, target = TRANSITIONS[command]
     with transaction.atomic():
-        operation = BulkOperation.objects.select_for_update().get(pk=operation_id)
+        operation = BulkOperation.objects.select_for_update().filter(pk=operation_id).first()
+        if operation is None:
+            raise BulkRefused(gettext("no such bulk action"))
         if operation.status not in sources:
             raise BulkRefused(
                 gettext("cannot %(command)s a bulk action that is %(status)s")

@@ -1,4 +1,4 @@
-"""RQ entry points of the dlq app (listed in tasks.jobs.ENTRY_POINTS)."""
+"""RQ entry points of the console (registered with the engine's allow-list by ``DlqConfig.ready``)."""
 
 from __future__ import annotations
 

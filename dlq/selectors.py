@@ -13,8 +13,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from dlq.models import AuditEntry, DLQItem
-from reliability_console.exceptions import UnknownPipeline
 from tasks import registry
+from tasks.exceptions import UnknownPipeline
 from tasks.models import Checkpoint, SideEffect
 
 # Groups are computed over at most this many of the newest matching items,

@@ -1,99 +1,15 @@
-"""The project's exception hierarchy.
+"""The old home of the exception hierarchy, kept so existing pipelines keep importing; it lives in tasks.exceptions."""
 
-The split that drives behaviour is transient (retry) vs permanent (do not).
-Every exception carries a stable ``code``: it is what attempts record and
-what the DLQ stores and groups failures on.
-"""
-
-from __future__ import annotations
-
-
-class ReliabilityError(Exception):
-    """Root of every error the project raises on purpose."""
-
-    code = "error"
-
-    def __init__(self, message: str = "", *, code: str | None = None, details: dict | None = None) -> None:
-        super().__init__(message or self.__class__.__doc__ or self.code)
-        if code is not None:
-            self.code = code
-        self.details = details or {}
-
-    @property
-    def message(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
-class TransientError(ReliabilityError):
-    """A failure that may go away by itself: retry it (network, timeout, 5xx, 429)."""
-
-    code = "transient"
-    # Whether the far side may have acted before we lost the answer. A 429 is
-    # a definite "not done"; a timeout or a 5xx is not.
-    effect_uncertain = True
-
-    def __init__(
-        self,
-        message: str = "",
-        *,
-        code: str | None = None,
-        retry_after: float | None = None,
-        effect_uncertain: bool | None = None,
-        details: dict | None = None,
-    ) -> None:
-        super().__init__(message, code=code, details=details)
-        self.retry_after = retry_after
-        if effect_uncertain is not None:
-            self.effect_uncertain = effect_uncertain
-
-
-class PermanentError(ReliabilityError):
-    """A failure that retrying cannot fix (validation, 4xx, business rule)."""
-
-    code = "permanent"
-
-
-class StepTimeout(BaseException):
-    """Raised inside a step when its effective timeout elapses.
-
-    A ``BaseException`` so that a step's own ``except Exception`` cannot
-    swallow the interruption and keep running past its deadline.
-    """
-
-    code = "step_timeout"
-
-
-class LeaseLost(ReliabilityError):
-    """This worker no longer holds the task's lease; it must stop without writing."""
-
-    code = "lease_lost"
-
-
-class ConfigurationError(ReliabilityError):
-    """A pipeline or setting is declared wrongly."""
-
-    code = "configuration_error"
-
-
-class UnknownPipeline(ReliabilityError):
-    """No pipeline with this name is registered."""
-
-    code = "unknown_pipeline"
-
-
-class InvalidTaskInput(ReliabilityError):
-    """The task input does not satisfy the pipeline's validation."""
-
-    code = "validation_error"
-
-
-class IdempotencyKeyReused(ReliabilityError):
-    """The idempotency key was already used with a different request."""
-
-    code = "idempotency_key_reused"
-
-
-class IdempotencyKeyInUse(ReliabilityError):
-    """A request with this idempotency key is still being processed."""
-
-    code = "idempotency_key_in_use"
+from tasks.exceptions import (  # noqa: F401
+    ConfigurationError,
+    IdempotencyKeyInUse,
+    IdempotencyKeyReused,
+    InvalidTaskInput,
+    LeaseLost,
+    PermanentError,
+    ReliabilityError,
+    StepTimeout,
+    TaskNotActionable,
+    TransientError,
+    UnknownPipeline,
+)

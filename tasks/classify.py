@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import requests
 
-from reliability_console.exceptions import PermanentError, StepTimeout, TransientError
+from tasks.exceptions import PermanentError, StepTimeout, TransientError
 
 # Exceptions of the network layer: the request may or may not have reached the
 # far side, so they are transient and their effect is uncertain.

@@ -9,7 +9,7 @@ import secrets
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from reliability_console.exceptions import ReliabilityError
+from tasks.exceptions import ReliabilityError
 from tasks.models import ApiClient
 
 TOKEN_PREFIX = "rc_"

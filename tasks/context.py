@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from reliability_console.exceptions import StepTimeout
+from tasks.exceptions import StepTimeout
 
 
 def effect_key(task_id: uuid.UUID | str, generation: int, step: str, effect: str) -> str:

@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 
 logger = logging.getLogger(__name__)
 
-# The one RQ entry point of the engine (see tasks.worker: nothing else runs).
+# The one RQ entry point of the engine (tasks.jobs.run_task; see tasks.worker: nothing unregistered runs).
 RUN_TASK_ENTRY_POINT = "tasks.jobs.run_task"
 # Job results are worthless (the database has the outcome); failed jobs are
 # kept for a day so an operator can still see one in django-rq's pages.

@@ -38,7 +38,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, 
 from django.db.models.sql import UpdateQuery
 from django_fsm import ConcurrentTransition
 
-from reliability_console.exceptions import LeaseLost
+from tasks.exceptions import LeaseLost
 from tasks.models import Task
 
 # Databases whose fenced writes take one statement; others take the ORM path (same outcome, more round trips).

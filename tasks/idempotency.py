@@ -27,7 +27,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from reliability_console.exceptions import IdempotencyKeyInUse, IdempotencyKeyReused
+from tasks.exceptions import IdempotencyKeyInUse, IdempotencyKeyReused
 from tasks.models import IdempotencyRecord, IdempotencyState, Task
 
 POLL_INTERVAL_SECONDS = 0.05

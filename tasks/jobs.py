@@ -1,4 +1,4 @@
-"""RQ entry points. Thin: parse, call one service. Only names listed here may run in a worker."""
+"""RQ entry points. Thin: parse, call one service. Only names registered here may run in a worker."""
 
 from __future__ import annotations
 
@@ -8,21 +8,24 @@ import socket
 from django.db import close_old_connections
 from rq import get_current_job
 
+from tasks.delivery import RUN_TASK_ENTRY_POINT
 from tasks.runner import task_run
+
+# Entry points a worker will execute; any other function name in a job is refused (tasks.worker).
+# Other apps add theirs with entry_point_register from their AppConfig.ready().
+ENTRY_POINTS: set[str] = {RUN_TASK_ENTRY_POINT}
+
+
+def entry_point_register(name: str) -> None:
+    """Allow workers to run the function ``name`` (a dotted path), e.g. a console's background job."""
+    ENTRY_POINTS.add(name)
 
 
 def worker_identity() -> str:
+    """``<worker name>@<host>:<pid>``: the lease owner a worker writes into the tasks it holds."""
     job = get_current_job()
     worker = job.worker_name if job is not None and job.worker_name else "worker"
     return f"{worker}@{socket.gethostname()}:{os.getpid()}"
-
-
-def worker_pid(identity: str) -> int | None:
-    """The process id at the end of a ``worker_identity`` (a lease owner), None if it has none."""
-    try:
-        return int(identity.rsplit(":", 1)[1])
-    except (IndexError, ValueError):
-        return None
 
 
 def run_task(task_id: str) -> str:
@@ -30,7 +33,3 @@ def run_task(task_id: str) -> str:
     # pg_terminate_backend) before using it, as a web request would.
     close_old_connections()
     return task_run(task_id=str(task_id), worker=worker_identity())
-
-
-# Entry points a worker will execute; any other function name in a job is refused.
-ENTRY_POINTS = frozenset({"tasks.jobs.run_task", "dlq.jobs.run_bulk_operation"})

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models.functions import Now
 
-from reliability_console.exceptions import LeaseLost
+from tasks.exceptions import LeaseLost
 from tasks.fenced_writes import one_statement, task_save_fenced
 from tasks.models import LEASED_STATES, Checkpoint, Task, TaskState, lease_expiry
 

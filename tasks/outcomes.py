@@ -1,34 +1,40 @@
-"""The transactions that record what happened to a step: one transaction per outcome.
+"""The one writer of each task outcome, used by the runner, the compensation runner and the sweeper alike.
 
-Each function runs in a single ``transaction.atomic()``: the fenced task
-update comes first (so a zombie stops before writing anything else), then
-the attempt row, checkpoint and ledger rows of the same outcome. A step
-that succeeded, the hot path, is one fenced statement that does all of it
-(``tasks.fenced_writes``): atomic by itself, one round trip.
+Each function writes one outcome in one transaction: the fenced task update
+first (so a zombie stops before writing anything else), then the attempt
+row, checkpoint, ledger rows and dead-letter item of the same outcome, and
+the delivery that follows it on commit. A step that succeeded, the hot path,
+is one fenced statement that does all of it (``tasks.fenced_writes``):
+atomic by itself, one round trip. Metrics count an outcome once it commits.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from dlq import metrics
-from dlq.models import DLQStatus
-from dlq.services import dlq_item_open, dlq_item_resolve_retried, dlq_item_set_status
+from tasks import metrics, registry
+from tasks.attempts import AttemptRecord
 from tasks.classify import Classification
+from tasks.dead_letters import dead_letter_open, dead_letter_resolve, dead_letter_set_status
 from tasks.delivery import deliver_on_commit
+from tasks.exceptions import UnknownPipeline
 from tasks.fenced_writes import task_save_fenced, task_save_guarded
 from tasks.leases import Claim, lease_extend, lease_seconds
 from tasks.models import (
     AttemptKind,
     AttemptOutcome,
     Checkpoint,
+    DLQStatus,
     EffectStatus,
+    FailureReason,
+    ResolutionCode,
     SideEffect,
     StepAttempt,
     Task,
@@ -40,16 +46,7 @@ logger = logging.getLogger(__name__)
 
 # No indexed column (not updated_at, not lease_expires_at): a step's progress is a HOT update.
 TASK_PROGRESS_FIELDS = ["state", "current_step", "step_attempt", "total_attempts"]
-TASK_FINISH_FIELDS = [
-    "state",
-    "current_step",
-    "result",
-    "in_dlq",
-    "lease_owner",
-    "lease_expires_at",
-    "finished_at",
-    "updated_at",
-]
+TASK_FINISH_FIELDS = ["state", "current_step", "result", "lease_owner", "lease_expires_at", "finished_at", "updated_at"]
 TASK_RETRY_FIELDS = ["state", "retry_at", "lease_owner", "lease_expires_at", "updated_at"]
 TASK_FAIL_FIELDS = [
     "state",
@@ -63,63 +60,22 @@ TASK_FAIL_FIELDS = [
     "lease_expires_at",
     "fencing_token",
     "crash_count",
-    "in_dlq",
     "updated_at",
 ]
+TASK_REQUEUE_FIELDS = ["state", "fencing_token", "crash_count", "lease_owner", "lease_expires_at", "updated_at"]
+TASK_COMPENSATED_FIELDS = ["state", "lease_owner", "lease_expires_at", "finished_at", "updated_at"]
+# Error codes the engine itself records (a step's own errors carry the step's codes).
+LEASE_EXPIRED_CODE = "lease_expired"
+CRASH_LOOP_CODE = FailureReason.CRASH_LOOP.value
+COMPENSATION_FAILED_CODE = FailureReason.COMPENSATION_FAILED.value
 
 
-@dataclass(frozen=True)
-class AttemptRecord:
-    """What one attempt did, ready to be written."""
+class LeaseExpiry(enum.StrEnum):
+    """What became of a task whose lease expired."""
 
-    kind: str
-    step_index: int
-    step_name: str
-    attempt: int
-    worker: str
-    started_at: datetime
-    finished_at: datetime | None
-    outcome: str
-    error: Classification | None = None
-    traceback: str = ""
-    retry_delay: float | None = None
-
-    def row(self, task: Task) -> StepAttempt:
-        error = self.error
-        return StepAttempt(
-            task_id=task.pk,
-            kind=self.kind,
-            generation=task.generation,
-            step_index=self.step_index,
-            step_name=self.step_name,
-            attempt=self.attempt,
-            worker=self.worker[:200],
-            fencing_token=task.fencing_token,
-            started_at=self.started_at,
-            finished_at=self.finished_at,
-            outcome=self.outcome,
-            error_code=error.code[:100] if error else "",
-            error_class=error.error_class[:200] if error else "",
-            error_message=error.message if error else "",
-            traceback=self.traceback,
-            retry_delay_seconds=self.retry_delay,
-            retry_after_seconds=error.retry_after if error else None,
-        )
-
-
-def _ledger_rows(task: Task, step_index: int, step_name: str, keys: dict[str, str], status: str) -> list:
-    return [
-        SideEffect(
-            task_id=task.pk,
-            generation=task.generation,
-            step_index=step_index,
-            step_name=step_name,
-            effect_name=name,
-            effect_key=key,
-            status=status,
-        )
-        for name, key in keys.items()
-    ]
+    REQUEUED = "requeued"
+    CRASH_LOOP = "crash_loop"
+    COMPENSATION_CRASH_LOOP = "compensation_crash_loop"
 
 
 def step_succeeded(
@@ -132,12 +88,11 @@ def step_succeeded(
     """
     task = claim.task
     if is_last and task.in_dlq:
-        # An operator's retry worked: its DLQ item is resolved in the same transaction.
+        # An operator's retry worked: its dead letter is resolved in the same transaction.
         with transaction.atomic():
             task.succeed(result=output)
             _save_step(task, TASK_FINISH_FIELDS, record, output, used_keys)
-            resolved = dlq_item_resolve_retried(task_id=task.pk)
-            metrics.dlq_item_resolved(pipeline=task.pipeline, resolution="retried", count=resolved)
+            dead_letter_resolve(task=task, resolution=ResolutionCode.RETRIED, note="the task succeeded after a retry")
     elif is_last:
         task.succeed(result=output)
         _save_step(task, TASK_FINISH_FIELDS, record, output, used_keys)
@@ -145,11 +100,9 @@ def step_succeeded(
         task.advance()
         _save_step(task, TASK_PROGRESS_FIELDS, record, output, used_keys)
     claim.outputs[record.step_index] = output
-    _record_attempt_metrics(task, record)
+    _attempt_metrics(task, record)
     if is_last:
-        metrics.task_finished(
-            pipeline=task.pipeline, state=task.state, created_at=task.created_at, finished_at=task.finished_at
-        )
+        _finished_metrics(task)
 
 
 def _save_step(task: Task, fields: list[str], record: AttemptRecord, output: Any, used_keys: dict[str, str]) -> None:
@@ -163,18 +116,6 @@ def _save_step(task: Task, fields: list[str], record: AttemptRecord, output: Any
     )
 
 
-def _record_attempt_metrics(task: Task, record: AttemptRecord, *, retried: bool = False) -> None:
-    metrics.step_attempt_recorded(
-        pipeline=task.pipeline,
-        step=record.step_name,
-        outcome=record.outcome,
-        error_code=record.error.code if record.error else "",
-        started_at=record.started_at,
-        finished_at=record.finished_at,
-        retried=retried,
-    )
-
-
 def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datetime) -> None:
     task = claim.task
     with transaction.atomic():
@@ -183,7 +124,7 @@ def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datet
         task_save_guarded(task, TASK_RETRY_FIELDS)
         StepAttempt.objects.bulk_create([record.row(task)])
         deliver_on_commit(task.pk, token, when=retry_at)
-    _record_attempt_metrics(task, record, retried=True)
+        _attempt_metrics(task, record, retried=True)
     logger.info(
         "retry scheduled",
         extra={
@@ -201,7 +142,7 @@ def task_failed(
     *,
     task: Task,
     policy: FailurePolicy,
-    reason: str,
+    reason: FailureReason,
     error: Classification,
     step_index: int,
     step_name: str,
@@ -209,7 +150,7 @@ def task_failed(
     uncertain_keys: dict[str, str] | None = None,
     keep_lease_for: str | None = None,
 ) -> None:
-    """Fail the task for good, open its DLQ item, and start compensation when the policy says so.
+    """Fail the task for good, open its dead letter, and start compensation when the policy says so.
 
     ``keep_lease_for`` names the worker that goes straight on to compensate
     under the same lease; otherwise the compensation is delivered through RQ.
@@ -222,29 +163,17 @@ def task_failed(
         task_save_guarded(task, TASK_FAIL_FIELDS)
         if record is not None:
             StepAttempt.objects.bulk_create([record.row(task)])
+            _attempt_metrics(task, record)
         if uncertain_keys:
             SideEffect.objects.bulk_create(
                 _ledger_rows(task, step_index, step_name, uncertain_keys, EffectStatus.UNCERTAIN),
                 ignore_conflicts=True,
             )
-        dlq_item_open(
-            task=task,
-            reason_code=reason,
-            error_code=error.code,
-            error_class=error.error_class,
-            error_message=error.message,
-            failing_step=step_name,
-            attempts=task.total_attempts,
-            status=DLQStatus.COMPENSATING if policy == FailurePolicy.COMPENSATE else DLQStatus.OPEN,
-        )
-        if policy == FailurePolicy.COMPENSATE and not keep_lease_for:
+        dead_letter_open(task=task, reason=reason, error=error, step=step_name)
+        if task.state == TaskState.COMPENSATING and not keep_lease_for:
             deliver_on_commit(task.pk, token)
-    if record is not None:
-        _record_attempt_metrics(task, record)
-    if task.state == TaskState.FAILED:
-        metrics.task_finished(
-            pipeline=task.pipeline, state=task.state, created_at=task.created_at, finished_at=task.finished_at
-        )
+        if task.state == TaskState.FAILED:
+            _finished_metrics(task)
     logger.error(
         "task failed",
         extra={
@@ -256,6 +185,63 @@ def task_failed(
             "error_code": error.code,
         },
     )
+
+
+def lease_expired(*, task: Task) -> LeaseExpiry:
+    """A worker stopped renewing ``task``'s lease: record the lost attempt, then re-queue the task.
+
+    Past ``RELIABILITY_MAX_CRASHES`` lost leases the task fails as a crash
+    loop instead (a compensating one ends COMPENSATION_FAILED). The caller
+    holds the task's row lock; every write is the sweeper's, in its
+    transaction.
+    """
+    running = task.state == TaskState.RUNNING
+    pipeline = _pipeline_or_none(task)
+    step_name = ""
+    if running and pipeline is not None and task.current_step < len(pipeline.steps):
+        step_name = pipeline.steps[task.current_step].name
+    record = AttemptRecord(
+        kind=AttemptKind.STEP if running else AttemptKind.COMPENSATION,
+        step_index=task.current_step if running else -1,
+        step_name=step_name or ("(unknown step)" if running else "(compensation)"),
+        attempt=task.step_attempt,
+        worker=task.lease_owner,
+        started_at=None,
+        finished_at=timezone.now(),
+        outcome=AttemptOutcome.CRASHED,
+        error=Classification(True, LEASE_EXPIRED_CODE, f"worker {task.lease_owner!r} stopped renewing its lease", ""),
+    )
+    StepAttempt.objects.bulk_create([record.row(task)])
+    metrics.lease_expired(pipeline=task.pipeline)
+    if running:
+        _attempt_metrics(task, record)
+    if task.crash_count + 1 < settings.RELIABILITY_MAX_CRASHES:
+        if running:
+            task.requeue_after_lease_expiry()
+        else:
+            task.release_after_lease_expiry()
+        task_save_guarded(task, TASK_REQUEUE_FIELDS)
+        deliver_on_commit(task.pk, task.fencing_token)
+        logger.warning(
+            "lease expired; task re-queued",
+            extra={"event": "lease_expired", "task_id": str(task.pk), "crashes": task.crash_count},
+        )
+        return LeaseExpiry.REQUEUED
+    task.count_lost_lease()
+    if not running:
+        message = f"the worker compensating this task was lost {task.crash_count} times"
+        compensation_finished(task=task, errors=[message], code=CRASH_LOOP_CODE)
+        return LeaseExpiry.COMPENSATION_CRASH_LOOP
+    message = f"the worker running this step was lost {task.crash_count} times"
+    task_failed(
+        task=task,
+        policy=pipeline.failure_policy if pipeline is not None and step_name else FailurePolicy.PARK,
+        reason=FailureReason.CRASH_LOOP,
+        error=Classification(False, CRASH_LOOP_CODE, message, ""),
+        step_index=task.current_step,
+        step_name=step_name,
+    )
+    return LeaseExpiry.CRASH_LOOP
 
 
 def compensation_attempt_recorded(*, claim: Claim, record: AttemptRecord, compensated_step: int | None) -> None:
@@ -270,22 +256,24 @@ def compensation_attempt_recorded(*, claim: Claim, record: AttemptRecord, compen
             )
 
 
-def compensation_finished(*, claim: Claim, errors: list[str]) -> None:
-    task = claim.task
+def compensation_finished(*, task: Task, errors: list[str], code: str = COMPENSATION_FAILED_CODE) -> None:
+    """End a compensation: COMPENSATED, or COMPENSATION_FAILED with the task's dead letter open again.
+
+    ``errors`` says what could not be undone (empty: everything was); ``code``
+    is the failure's error code (a compensation that failed, or a crash loop).
+    """
     with transaction.atomic():
         if errors:
             message = "; ".join(errors)
-            task.fail_compensation(code="compensation_failed", message=message)
+            task.fail_compensation(code=code, message=message)
             task_save_guarded(task, TASK_FAIL_FIELDS)
-            dlq_item_set_status(task_id=task.pk, status=DLQStatus.OPEN, compensation_error=message)
+            dead_letter_set_status(task=task, status=DLQStatus.OPEN, compensation_error=message)
         else:
             task.finish_compensation()
-            task_save_guarded(task, ["state", "lease_owner", "lease_expires_at", "finished_at", "updated_at"])
-            dlq_item_set_status(task_id=task.pk, status=DLQStatus.COMPENSATED)
-    metrics.compensation_finished(pipeline=task.pipeline, outcome="failed" if errors else "compensated")
-    metrics.task_finished(
-        pipeline=task.pipeline, state=task.state, created_at=task.created_at, finished_at=task.finished_at
-    )
+            task_save_guarded(task, TASK_COMPENSATED_FIELDS)
+            dead_letter_set_status(task=task, status=DLQStatus.COMPENSATED)
+        metrics.compensation_finished(pipeline=task.pipeline, outcome="failed" if errors else "compensated")
+        _finished_metrics(task)
     logger.log(
         logging.ERROR if errors else logging.INFO,
         "compensation finished",
@@ -297,34 +285,41 @@ def compensation_finished(*, claim: Claim, errors: list[str]) -> None:
     )
 
 
-def completed_compensations(task: Task) -> set[tuple[str, int]]:
-    """(kind, step index) of compensations and notices already done for this generation."""
-    return set(
-        StepAttempt.objects.filter(
+def _pipeline_or_none(task: Task):
+    try:
+        return registry.get(task.pipeline)
+    except UnknownPipeline:
+        return None
+
+
+def _ledger_rows(task: Task, step_index: int, step_name: str, keys: dict[str, str], status: str) -> list[SideEffect]:
+    return [
+        SideEffect(
             task_id=task.pk,
             generation=task.generation,
-            kind__in=[AttemptKind.COMPENSATION, AttemptKind.FAILURE_NOTICE],
-            outcome=AttemptOutcome.SUCCEEDED,
-        ).values_list("kind", "step_index")
+            step_index=step_index,
+            step_name=step_name,
+            effect_name=name,
+            effect_key=key,
+            status=status,
+        )
+        for name, key in keys.items()
+    ]
+
+
+def _attempt_metrics(task: Task, record: AttemptRecord, *, retried: bool = False) -> None:
+    metrics.step_attempt_recorded(
+        pipeline=task.pipeline,
+        step=record.step_name,
+        outcome=record.outcome,
+        error_code=record.error.code if record.error else "",
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+        retried=retried,
     )
 
 
-def uncertain_step_indexes(task: Task) -> set[int]:
-    """Steps whose last attempt may have acted on the far side (timeout, crash, 5xx)."""
-    return set(
-        SideEffect.objects.filter(
-            task_id=task.pk, generation=task.generation, status=EffectStatus.UNCERTAIN
-        ).values_list("step_index", flat=True)
-    ) | set(
-        StepAttempt.objects.filter(
-            task_id=task.pk,
-            generation=task.generation,
-            kind=AttemptKind.STEP,
-            outcome__in=[AttemptOutcome.TIMEOUT, AttemptOutcome.CRASHED],
-            step_index=task.current_step,
-        ).values_list("step_index", flat=True)
+def _finished_metrics(task: Task) -> None:
+    metrics.task_finished(
+        pipeline=task.pipeline, state=task.state, created_at=task.created_at, finished_at=task.finished_at
     )
-
-
-def state_label(task: Task) -> str:
-    return TaskState(task.state).label

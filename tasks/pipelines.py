@@ -1,8 +1,8 @@
-"""The public API for declaring pipelines.
+"""The public API for declaring pipelines: everything a pipeline author imports is importable from here.
 
 Example::
 
-    from tasks.pipelines import FailurePolicy, Pipeline, RetryPolicy
+    from tasks.pipelines import FailurePolicy, PermanentError, Pipeline, RetryPolicy, TransientError
 
     orders = Pipeline("orders", failure_policy=FailurePolicy.COMPENSATE)
 
@@ -23,9 +23,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from reliability_console.exceptions import ConfigurationError
 from tasks import registry
+from tasks.exceptions import ConfigurationError, InvalidTaskInput, PermanentError, TransientError
 from tasks.retry import DEFAULT_COMPENSATION_RETRY_POLICY, DEFAULT_RETRY_POLICY, RetryPolicy
+
+__all__ = [
+    "FailurePolicy",
+    "InvalidTaskInput",
+    "PermanentError",
+    "Pipeline",
+    "RetryPolicy",
+    "Step",
+    "TransientError",
+]
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
 

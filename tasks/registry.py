@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from reliability_console.exceptions import ConfigurationError, UnknownPipeline
+from tasks.exceptions import ConfigurationError, UnknownPipeline
 
 if TYPE_CHECKING:
     from tasks.pipelines import Pipeline

@@ -6,6 +6,8 @@ import random
 from dataclasses import dataclass, field
 
 from tasks.classify import Classification
+from tasks.exceptions import ConfigurationError
+from tasks.models import FailureReason
 
 # Upper bound for any policy: an attempt budget is always finite.
 MAX_ATTEMPTS_CEILING = 100
@@ -15,8 +17,8 @@ MAX_ATTEMPTS_CEILING = 100
 class RetryDecision:
     retry: bool
     delay: float = 0.0
-    # Why not retrying: "permanent_error", "attempts_exhausted" or "deadline_exceeded".
-    reason: str = ""
+    # Why not retrying: permanent error, attempts exhausted or deadline exceeded.
+    reason: FailureReason | None = None
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,6 @@ class RetryPolicy:
     transient_errors: tuple[type[BaseException], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        from reliability_console.exceptions import ConfigurationError
-
         if not 1 <= self.max_attempts <= MAX_ATTEMPTS_CEILING:
             raise ConfigurationError(f"max_attempts must be between 1 and {MAX_ATTEMPTS_CEILING}")
         if self.base_delay < 0 or self.max_delay < 0:
@@ -72,14 +72,14 @@ class RetryPolicy:
     ) -> RetryDecision:
         """Decide what follows failed attempt number ``attempt`` (epoch seconds for ``now``/``deadline``)."""
         if not error.transient:
-            return RetryDecision(retry=False, reason="permanent_error")
+            return RetryDecision(retry=False, reason=FailureReason.PERMANENT_ERROR)
         if attempt >= self.max_attempts:
-            return RetryDecision(retry=False, reason="attempts_exhausted")
+            return RetryDecision(retry=False, reason=FailureReason.ATTEMPTS_EXHAUSTED)
         delay = self.backoff(attempt, rng)
         if error.retry_after is not None and error.retry_after > delay:
             delay = error.retry_after
         if deadline is not None and now + delay >= deadline:
-            return RetryDecision(retry=False, delay=delay, reason="deadline_exceeded")
+            return RetryDecision(retry=False, delay=delay, reason=FailureReason.DEADLINE_EXCEEDED)
         return RetryDecision(retry=True, delay=delay)
 
 

@@ -1,34 +1,40 @@
 """Run a claimed task's remaining steps in order, inside one RQ job.
 
 The runner applies the policies (retry, timeout, deadline, failure policy);
-every outcome is written by ``tasks.outcomes`` in one transaction. No Redis
-round trip happens between two steps of a task.
+each attempt runs through ``tasks.attempts`` and every outcome is written by
+``tasks.outcomes`` in one transaction. No Redis round trip happens between
+two steps of a task.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
+import re
 import time
-import traceback
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from reliability_console.exceptions import LeaseLost, PermanentError, StepTimeout, UnknownPipeline
 from tasks import compensation, registry
-from tasks.classify import Classification, classify
+from tasks.attempts import attempt_run
+from tasks.classify import Classification
 from tasks.context import StepContext
+from tasks.exceptions import LeaseLost, PermanentError, UnknownPipeline
 from tasks.leases import Claim, Heartbeat, task_claim
-from tasks.models import AttemptKind, AttemptOutcome, TaskState
-from tasks.outcomes import AttemptRecord, step_retry_scheduled, step_succeeded, task_failed
+from tasks.models import AttemptKind, FailureReason, TaskState
+from tasks.outcomes import step_retry_scheduled, step_succeeded, task_failed
 from tasks.pipelines import FailurePolicy, Pipeline
-from tasks.timeouts import time_limit
 
 logger = logging.getLogger(__name__)
+
+DEADLINE_EXCEEDED_CODE = FailureReason.DEADLINE_EXCEEDED.value
+# "\u0000" in JSON text, not preceded by an escaping backslash.
+ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def task_run(*, task_id: str, worker: str) -> str:
@@ -55,11 +61,11 @@ def _run_steps(claim: Claim) -> None:
     try:
         pipeline = registry.get(task.pipeline)
     except UnknownPipeline as exc:
-        error = Classification(False, exc.code, exc.message, "reliability_console.exceptions.UnknownPipeline")
+        error = Classification(False, exc.code, exc.message, f"{UnknownPipeline.__module__}.UnknownPipeline")
         task_failed(
             task=task,
             policy=FailurePolicy.PARK,
-            reason="permanent_error",
+            reason=FailureReason.PERMANENT_ERROR,
             error=error,
             step_index=task.current_step,
             step_name="",
@@ -79,9 +85,9 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
     if deadline is not None and now >= deadline:
         # Nothing starts after the deadline: fail before the attempt begins.
         error = Classification(
-            False, "deadline_exceeded", "the task's deadline passed before the step started", "", None
+            False, DEADLINE_EXCEEDED_CODE, "the task's deadline passed before the step started", "", None
         )
-        _fail(claim, pipeline, "deadline_exceeded", error, index, step.name, record=None, uncertain_keys=None)
+        _fail(claim, pipeline, FailureReason.DEADLINE_EXCEEDED, error, index, step.name)
         return
     timeout = pipeline.timeout_for(step, settings.RELIABILITY_DEFAULT_STEP_TIMEOUT_SECONDS)
     effective = timeout if deadline is None else min(timeout, deadline - now)
@@ -96,68 +102,55 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
         attempt=task.step_attempt,
         generation=task.generation,
     )
-    started_at = timezone.now()
-    is_last = index == len(pipeline.steps) - 1
-
-    def record(outcome: str, error: Classification | None = None, tb: str = "", delay: float | None = None):
-        return AttemptRecord(
+    # A transactional step's own writes commit together with its checkpoint,
+    # or roll back with its failed attempt; otherwise the checkpoint is
+    # written (one statement) after the step returned. The engine's own
+    # writes are not the step's: an error in them is not an attempt failure.
+    scope = transaction.atomic() if step.transactional else contextlib.nullcontext()
+    with scope:
+        result = attempt_run(
+            lambda ctx: _json_output(step(ctx)),
+            ctx,
             kind=AttemptKind.STEP,
             step_index=index,
-            step_name=step.name,
-            attempt=task.step_attempt,
             worker=claim.owner,
-            started_at=started_at,
-            finished_at=timezone.now(),
-            outcome=outcome,
-            error=error,
-            traceback=tb,
-            retry_delay=delay,
+            timeout=effective,
+            transient_errors=policy.transient_errors,
         )
-
-    # A transactional step's own writes commit together with its checkpoint;
-    # otherwise the checkpoint is written (one statement) after the step returned.
-    scope = transaction.atomic() if step.transactional else contextlib.nullcontext()
-    try:
-        with scope:
-            with time_limit(effective, f"step {step.name!r}"):
-                output = _json_output(step(ctx))
+        if result.error is None:
             step_succeeded(
                 claim=claim,
-                record=record(AttemptOutcome.SUCCEEDED),
-                output=output,
+                record=result.record,
+                output=result.value,
                 used_keys=ctx.used_keys,
-                is_last=is_last,
+                is_last=index == len(pipeline.steps) - 1,
             )
-    except (LeaseLost, OperationalError, InterfaceError):
-        # A lost lease, or the database gone mid-write: nothing can be recorded
-        # now. The lease expires and the sweeper re-queues the task.
-        raise
-    except (Exception, StepTimeout) as exc:
-        error = classify(exc, policy.transient_errors)
-        outcome = _outcome_of(exc, error)
-        tb = traceback.format_exc(limit=20)
-        decision = policy.decide(attempt=task.step_attempt, error=error, now=time.time(), deadline=deadline)
-        logger.info(
-            "step attempt failed",
-            extra={
-                "event": "step_failed",
-                "task_id": str(task.pk),
-                "step": step.name,
-                "attempt": task.step_attempt,
-                "error_code": error.code,
-                "transient": error.transient,
-                "retry": decision.retry,
-            },
-        )
-        if decision.retry:
-            retry_at = timezone.now() + timedelta(seconds=decision.delay)
-            step_retry_scheduled(claim=claim, record=record(outcome, error, tb, decision.delay), retry_at=retry_at)
             return
-        uncertain = dict(ctx.used_keys) if error.effect_uncertain else None
-        _fail(claim, pipeline, decision.reason, error, index, step.name, record(outcome, error, tb), uncertain)
+        if step.transactional:
+            transaction.set_rollback(True)
+    error = result.error
+    decision = policy.decide(attempt=task.step_attempt, error=error, now=time.time(), deadline=deadline)
+    logger.info(
+        "step attempt failed",
+        extra={
+            "event": "step_failed",
+            "task_id": str(task.pk),
+            "step": step.name,
+            "attempt": task.step_attempt,
+            "error_code": error.code,
+            "transient": error.transient,
+            "retry": decision.retry,
+        },
+    )
+    if decision.retry:
+        record = dataclasses.replace(result.record, retry_delay=decision.delay)
+        step_retry_scheduled(claim=claim, record=record, retry_at=timezone.now() + timedelta(seconds=decision.delay))
+        return
+    uncertain = dict(ctx.used_keys) if error.effect_uncertain else None
+    _fail(claim, pipeline, decision.reason, error, index, step.name, result.record, uncertain)
 
 
-def _fail(claim, pipeline, reason, error, index, step_name, record, uncertain_keys) -> None:
+def _fail(claim, pipeline, reason, error, index, step_name, record=None, uncertain_keys=None) -> None:
     task_failed(
         task=claim.task,
         policy=pipeline.failure_policy,
@@ -171,16 +164,13 @@ def _fail(claim, pipeline, reason, error, index, step_name, record, uncertain_ke
     )
 
 
-def _outcome_of(exc: BaseException, error: Classification) -> str:
-    if isinstance(exc, StepTimeout) or error.code == "timeout":
-        return AttemptOutcome.TIMEOUT
-    return AttemptOutcome.TRANSIENT_ERROR if error.transient else AttemptOutcome.PERMANENT_ERROR
-
-
 def _json_output(value):
     """A step's output is stored as JSON: reject anything else as a permanent error of the step."""
     try:
-        json.dumps(value, allow_nan=False)
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise PermanentError(f"step output is not JSON-serializable: {exc}", code="output_not_json") from None
+    if ESCAPED_NUL.search(text):
+        # PostgreSQL's jsonb cannot hold a NUL character: refused here, it is the step's failure, not a failed write.
+        raise PermanentError("step output holds a NUL character, which PostgreSQL cannot store", code="output_not_json")
     return value

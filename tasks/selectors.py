@@ -11,8 +11,8 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from reliability_console.exceptions import InvalidTaskInput, UnknownPipeline
 from tasks import registry
+from tasks.exceptions import InvalidTaskInput, UnknownPipeline
 from tasks.models import (
     ApiClient,
     AttemptKind,

@@ -1,153 +1,33 @@
-"""Writes on tasks from outside the workers: submission and operator actions."""
+"""The engine's services for operators: retry, compensate and close a failed task.
+
+The console calls these (its admin actions, its bulk operations); each is one
+transaction that locks the task, applies a transition and moves the task's
+dead letter with it. Submission is ``tasks.submission`` (``task_submit`` is
+importable from here too, its documented path).
+"""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
-from datetime import datetime, timedelta
-from typing import Any
-
 from django.db import transaction
-from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
-from dlq.models import UNRESOLVED_STATUSES, DLQItem, DLQStatus
-from dlq.services import dlq_item_set_status
-from reliability_console.exceptions import (
-    InvalidTaskInput,
-    ReliabilityError,
-)
-from tasks import registry
+from tasks.dead_letters import dead_letter_resolve, dead_letter_set_status
 from tasks.delivery import deliver_on_commit
-from tasks.idempotency import idempotency_abandon, idempotency_begin, idempotency_complete
-from tasks.models import ApiClient, Checkpoint, Task, TaskState
-from tasks.pipelines import Pipeline
+from tasks.exceptions import LeaseLost, TaskNotActionable
+from tasks.models import Checkpoint, DLQStatus, ResolutionCode, Task, TaskState
+from tasks.submission import task_submit
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "CLOSABLE_STATES",
+    "task_close",
+    "task_compensate",
+    "task_retry_from_checkpoint",
+    "task_retry_from_start",
+    "task_submit",
+]
 
-PYTHON_SCOPE = "python"
-MAX_IDEMPOTENCY_KEY_LENGTH = 255
-MAX_DEADLINE_SECONDS = 365 * 86400
-
-
-class TaskNotActionable(ReliabilityError):
-    """The task is not in a state that allows this action (someone else acted first)."""
-
-    code = "task_not_actionable"
-
-
-def canonical_json(value: Any) -> str:
-    """Sorted keys, fixed separators: the one form in which payloads are hashed."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def request_fingerprint(*, pipeline: str, input: Any, deadline_seconds: float | None = None) -> str:
-    body = {"pipeline": pipeline, "input": input, "deadline_seconds": deadline_seconds}
-    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
-
-
-def task_submit(
-    *,
-    pipeline: str,
-    input: Any,
-    idempotency_key: str | None = None,
-    deadline: datetime | timedelta | float | None = None,
-    scope: str = PYTHON_SCOPE,
-) -> Task:
-    """Create a task and deliver it after commit; return it.
-
-    The same ``idempotency_key`` with the same pipeline, input and deadline
-    returns the task the first call created; with a different request it
-    raises ``IdempotencyKeyReused`` and changes nothing. ``deadline`` is an
-    aware datetime, or seconds / a timedelta from now. If Redis is down the
-    task is still created (QUEUED) and the sweeper delivers it later.
-    """
-    spec = registry.get(pipeline)
-    cleaned = clean_input(spec, input)
-    deadline_at, deadline_seconds = resolve_deadline(deadline)
-    if idempotency_key is None:
-        with transaction.atomic():
-            return task_create(spec=spec, input=cleaned, deadline=deadline_at)
-    check_idempotency_key(idempotency_key)
-    fingerprint = request_fingerprint(pipeline=pipeline, input=cleaned, deadline_seconds=deadline_seconds)
-    reservation = idempotency_begin(scope=scope, key=idempotency_key, fingerprint=fingerprint)
-    if not reservation.owned:
-        return Task.objects.get(pk=reservation.record.task_id)
-    try:
-        with transaction.atomic():
-            task = task_create(
-                spec=spec,
-                input=cleaned,
-                deadline=deadline_at,
-                scope=scope,
-                key=idempotency_key,
-                fingerprint=fingerprint,
-            )
-            idempotency_complete(record=reservation.record, task=task, status=None, body=None)
-    except BaseException:
-        idempotency_abandon(record=reservation.record)
-        raise
-    return task
-
-
-def task_create(
-    *,
-    spec: Pipeline,
-    input: Any,
-    deadline: datetime | None,
-    client: ApiClient | None = None,
-    scope: str = "",
-    key: str | None = None,
-    fingerprint: str = "",
-) -> Task:
-    """Insert a QUEUED task and deliver it when the surrounding transaction commits."""
-    task = Task.objects.create(
-        pipeline=spec.name,
-        input=input,
-        total_steps=len(spec.steps),
-        deadline=deadline,
-        client=client,
-        idempotency_scope=scope if key is not None else "",
-        idempotency_key=key,
-        request_fingerprint=fingerprint,
-    )
-    deliver_on_commit(task.pk, task.fencing_token)
-    logger.info("task submitted", extra={"event": "task_submitted", "task_id": str(task.pk), "pipeline": spec.name})
-    return task
-
-
-def clean_input(spec: Pipeline, data: Any) -> Any:
-    """Run the pipeline's own validation; the result must be storable as JSON."""
-    cleaned = spec.clean_input(data)
-    try:
-        canonical_json(cleaned)
-    except (TypeError, ValueError) as exc:
-        raise InvalidTaskInput(f"input is not JSON: {exc}") from None
-    return cleaned
-
-
-def check_idempotency_key(key: str) -> None:
-    if not isinstance(key, str) or not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH:
-        raise InvalidTaskInput("idempotency key must be 1 to 255 characters", details={"idempotency_key": key})
-    if not all(32 <= ord(ch) < 127 for ch in key):
-        raise InvalidTaskInput("idempotency key must be printable ASCII", details={"idempotency_key": key})
-
-
-def resolve_deadline(deadline) -> tuple[datetime | None, float | None]:
-    if deadline is None:
-        return None, None
-    if isinstance(deadline, datetime):
-        if timezone.is_naive(deadline):
-            raise InvalidTaskInput("deadline must be timezone-aware")
-        return deadline, deadline.timestamp()
-    seconds = deadline.total_seconds() if isinstance(deadline, timedelta) else deadline
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= MAX_DEADLINE_SECONDS:
-        raise InvalidTaskInput("deadline must be a positive number of seconds (at most one year)")
-    return timezone.now() + timedelta(seconds=seconds), float(seconds)
-
-
-# --- operator actions (the console's admin calls these) -----------------------
+# A failed task whose dead letter an operator may close (the task keeps its state).
+CLOSABLE_STATES = (TaskState.FAILED, TaskState.COMPENSATED, TaskState.COMPENSATION_FAILED)
 
 
 def task_retry_from_checkpoint(*, task_id) -> Task:
@@ -158,7 +38,7 @@ def task_retry_from_checkpoint(*, task_id) -> Task:
             raise TaskNotActionable(f"task is {task.state}; only failed tasks can be retried from checkpoint")
         task.retry_from_checkpoint()
         _save(task)
-        dlq_item_set_status(task_id=task.pk, status=DLQStatus.RETRYING)
+        dead_letter_set_status(task=task, status=DLQStatus.RETRYING)
         deliver_on_commit(task.pk, task.fencing_token)
     return task
 
@@ -172,7 +52,7 @@ def task_retry_from_start(*, task_id) -> Task:
         task.retry_from_start()
         _save(task)
         Checkpoint.objects.filter(task_id=task.pk).delete()
-        dlq_item_set_status(task_id=task.pk, status=DLQStatus.RETRYING)
+        dead_letter_set_status(task=task, status=DLQStatus.RETRYING)
         deliver_on_commit(task.pk, task.fencing_token)
     return task
 
@@ -188,8 +68,23 @@ def task_compensate(*, task_id) -> Task:
         else:
             raise TaskNotActionable(f"task is {task.state}; only failed tasks can be compensated")
         _save(task)
-        dlq_item_set_status(task_id=task.pk, status=DLQStatus.COMPENSATING)
+        dead_letter_set_status(task=task, status=DLQStatus.COMPENSATING)
         deliver_on_commit(task.pk, task.fencing_token)
+    return task
+
+
+def task_close(*, task_id, resolution: ResolutionCode, note: str) -> Task:
+    """Resolve a failed task's dead letter by hand; the task keeps its terminal state."""
+    with transaction.atomic():
+        task = _locked(task_id)
+        if task.state not in CLOSABLE_STATES:
+            raise TaskNotActionable(f"task is {task.state}; only failed tasks can be closed")
+        try:
+            resolved = dead_letter_resolve(task=task, resolution=resolution, note=note)
+        except LeaseLost:
+            raise TaskNotActionable("the task changed while acting on it; reload and try again") from None
+        if not resolved:
+            raise TaskNotActionable("the task has no open dead letter")
     return task
 
 
@@ -205,7 +100,3 @@ def _save(task: Task) -> None:
         task.save()
     except ConcurrentTransition:
         raise TaskNotActionable("the task changed while acting on it; reload and try again") from None
-
-
-def task_has_open_dlq_item(task: Task) -> bool:
-    return DLQItem.objects.filter(task_id=task.pk, status__in=UNRESOLVED_STATUSES).exists()

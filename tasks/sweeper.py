@@ -1,43 +1,65 @@
 """The sweeper: rebuilds delivery from the database.
 
-It re-queues tasks whose lease expired (counting crashes, failing crash
-loops), starts due retries even without an RQ scheduler, re-delivers QUEUED
-tasks whose job was never enqueued or was lost, and purges expired
-idempotency records. Running several
-sweepers at once is safe: each task is handled under a row lock taken with
-SKIP LOCKED, and every change is a conditional transition.
+It hands tasks whose lease expired to ``tasks.outcomes.lease_expired``
+(re-queue, or fail a crash loop), starts due retries even without an RQ
+scheduler, re-delivers QUEUED tasks whose job was never enqueued or was
+lost, and purges expired idempotency records. Running several sweepers at
+once is safe: each task is handled under a row lock taken with SKIP LOCKED,
+and every change is a conditional transition.
+
+Other apps add their own periodic work as *chores* (``chore_register``):
+the engine runs them without knowing what they are. A chore without an
+interval runs on every sweep; one with an interval runs from the sweeper
+loop at most that often.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import close_old_connections, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
-from dlq import metrics
-from dlq.bulk import bulk_operations_redeliver_stale
-from dlq.models import DLQStatus
-from dlq.services import dlq_item_open, dlq_item_set_status, dlq_items_purge_resolved
-from reliability_console.exceptions import UnknownPipeline
-from tasks import registry
 from tasks.delivery import deliver_on_commit, delivery_pending
+from tasks.exceptions import LeaseLost
 from tasks.idempotency import idempotency_purge_expired
-from tasks.models import AttemptKind, AttemptOutcome, StepAttempt, SweeperHeartbeat, Task, TaskState
-from tasks.outcomes import TASK_FAIL_FIELDS
-from tasks.pipelines import FailurePolicy
+from tasks.models import LEASED_STATES, SweeperHeartbeat, Task, TaskState
+from tasks.outcomes import LeaseExpiry, lease_expired
 
 logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 200
 # A retry the RQ scheduler should have started this long ago is started by the sweeper.
 DUE_RETRY_GRACE = timedelta(seconds=1)
+
+
+@dataclass(frozen=True)
+class Chore:
+    """Periodic work another app adds to the sweeper; ``run`` returns how many things it did."""
+
+    name: str
+    run: Callable[[], int]
+    # None: on every sweep (sweep_once); seconds: from the sweeper loop, at most this often.
+    interval: float | None = None
+
+
+_CHORES: dict[str, Chore] = {}
+
+
+def chore_register(chore: Chore) -> None:
+    """Add ``chore`` to every sweep (idempotent per name: the last registration wins)."""
+    _CHORES[chore.name] = chore
 
 
 @dataclass
@@ -48,10 +70,8 @@ class SweepReport:
     retries_started: int = 0
     redelivered: int = 0
     idempotency_records_purged: int = 0
-    bulk_redelivered: int = 0
-    dlq_items_purged: int = 0
+    chores: dict[str, int] = field(default_factory=dict)
     redis_unavailable: bool = False
-    errors: list[str] = field(default_factory=list)
 
     def as_log(self) -> dict:
         return {
@@ -60,28 +80,43 @@ class SweepReport:
             "retries_started": self.retries_started,
             "redelivered": self.redelivered,
             "idempotency_records_purged": self.idempotency_records_purged,
-            "bulk_redelivered": self.bulk_redelivered,
-            "dlq_items_purged": self.dlq_items_purged,
+            **self.chores,
             "redis_unavailable": self.redis_unavailable,
         }
 
+    def count_lease_expiry(self, expiry: LeaseExpiry) -> None:
+        if expiry == LeaseExpiry.REQUEUED:
+            self.requeued += 1
+        elif expiry == LeaseExpiry.CRASH_LOOP:
+            self.crash_loops += 1
+        else:
+            self.compensation_crash_loops += 1
+
     @property
     def did_something(self) -> bool:
-        return (
-            bool(self.requeued or self.crash_loops or self.compensation_crash_loops)
-            or bool(self.retries_started or self.redelivered or self.idempotency_records_purged)
-            or bool(self.bulk_redelivered or self.dlq_items_purged)
+        return any(
+            (
+                self.requeued,
+                self.crash_loops,
+                self.compensation_crash_loops,
+                self.retries_started,
+                self.redelivered,
+                self.idempotency_records_purged,
+                *self.chores.values(),
+            )
         )
 
 
 def sweep_once() -> SweepReport:
+    """One sweep: expired leases, due retries, lost deliveries, expired idempotency records, then the chores."""
     report = SweepReport()
     _expired_leases(report)
     _due_retries(report)
     _lost_deliveries(report)
     report.idempotency_records_purged = idempotency_purge_expired()
-    report.bulk_redelivered = bulk_operations_redeliver_stale()
-    report.dlq_items_purged = dlq_items_purge_resolved()
+    for chore in _CHORES.values():
+        if chore.interval is None:
+            report.chores[chore.name] = chore.run()
     if report.did_something or report.redis_unavailable:
         logger.info("sweep", extra={"event": "sweep", **report.as_log()})
     return report
@@ -93,132 +128,17 @@ def _lock(queryset, pk):
 
 
 def _expired_leases(report: SweepReport) -> None:
-    expired = Task.objects.filter(state__in=[TaskState.RUNNING, TaskState.COMPENSATING], lease_expires_at__lt=Now())
+    expired = Task.objects.filter(state__in=LEASED_STATES, lease_expires_at__lt=Now())
     for pk in list(expired.values_list("pk", flat=True)[:BATCH_SIZE]):
         try:
             with transaction.atomic():
                 task = _lock(expired, pk)
                 if task is None:
                     continue
-                _record_crash(task)
-                if task.state == TaskState.RUNNING:
-                    _expired_running(task, report)
-                else:
-                    _expired_compensating(task, report)
-        except ConcurrentTransition:
+                expiry = lease_expired(task=task)
+            report.count_lease_expiry(expiry)
+        except (ConcurrentTransition, LeaseLost):
             continue
-
-
-def _record_crash(task: Task) -> None:
-    kind = AttemptKind.STEP if task.state == TaskState.RUNNING else AttemptKind.COMPENSATION
-    step_name = ""
-    try:
-        steps = registry.get(task.pipeline).steps
-        if kind == AttemptKind.STEP and task.current_step < len(steps):
-            step_name = steps[task.current_step].name
-    except UnknownPipeline:
-        pass
-    StepAttempt.objects.create(
-        task=task,
-        kind=kind,
-        generation=task.generation,
-        step_index=task.current_step if kind == AttemptKind.STEP else -1,
-        step_name=step_name or "(compensation)",
-        attempt=task.step_attempt,
-        worker=task.lease_owner,
-        fencing_token=task.fencing_token,
-        started_at=None,
-        finished_at=timezone.now(),
-        outcome=AttemptOutcome.CRASHED,
-        error_code="lease_expired",
-        error_message=f"worker {task.lease_owner!r} stopped renewing its lease",
-    )
-    pipeline, step, finished_at = task.pipeline, step_name or "(compensation)", timezone.now()
-
-    def record() -> None:
-        metrics.lease_expired(pipeline=pipeline)
-        if kind == AttemptKind.STEP:
-            metrics.step_attempt_recorded(
-                pipeline=pipeline,
-                step=step,
-                outcome=AttemptOutcome.CRASHED,
-                error_code="lease_expired",
-                started_at=None,
-                finished_at=finished_at,
-            )
-
-    metrics.on_commit(record)
-
-
-def _expired_running(task: Task, report: SweepReport) -> None:
-    token = task.fencing_token
-    if task.crash_count + 1 < settings.RELIABILITY_MAX_CRASHES:
-        task.requeue_after_lease_expiry()
-        task.save()
-        deliver_on_commit(task.pk, task.fencing_token)
-        report.requeued += 1
-        logger.warning(
-            "lease expired; task re-queued",
-            extra={"event": "lease_expired", "task_id": str(task.pk), "crashes": task.crash_count},
-        )
-        return
-    try:
-        pipeline = registry.get(task.pipeline)
-        policy = pipeline.failure_policy
-        step_name = pipeline.steps[task.current_step].name
-    except (UnknownPipeline, IndexError):
-        policy, step_name = FailurePolicy.PARK, ""
-    task.crash_count += 1
-    task.fencing_token += 1  # fence off the vanished worker
-    message = f"the worker running this step was lost {task.crash_count} times"
-    task.fail(reason="crash_loop", code="crash_loop", message=message, step=step_name)
-    if policy == FailurePolicy.COMPENSATE:
-        task.start_compensation()
-    task.save(update_fields=TASK_FAIL_FIELDS)
-    dlq_item_open(
-        task=task,
-        reason_code="crash_loop",
-        error_code="crash_loop",
-        error_class="",
-        error_message=message,
-        failing_step=step_name,
-        attempts=task.total_attempts,
-        status=DLQStatus.COMPENSATING if policy == FailurePolicy.COMPENSATE else DLQStatus.OPEN,
-    )
-    if policy == FailurePolicy.COMPENSATE:
-        deliver_on_commit(task.pk, task.fencing_token)
-    else:
-        _finished_on_commit(task)
-    report.crash_loops += 1
-    logger.error(
-        "crash loop", extra={"event": "task_failed", "reason": "crash_loop", "task_id": str(task.pk), "token": token}
-    )
-
-
-def _expired_compensating(task: Task, report: SweepReport) -> None:
-    if task.crash_count + 1 < settings.RELIABILITY_MAX_CRASHES:
-        task.release_after_lease_expiry()
-        task.save()
-        deliver_on_commit(task.pk, task.fencing_token)
-        report.requeued += 1
-        return
-    task.crash_count += 1
-    task.fencing_token += 1
-    message = f"the worker compensating this task was lost {task.crash_count} times"
-    task.fail_compensation(code="crash_loop", message=message)
-    task.save(update_fields=TASK_FAIL_FIELDS)
-    dlq_item_set_status(task_id=task.pk, status=DLQStatus.OPEN, compensation_error=message)
-    pipeline = task.pipeline
-    metrics.on_commit(lambda: metrics.COMPENSATIONS.labels(pipeline, "failed").inc())
-    _finished_on_commit(task)
-    report.compensation_crash_loops += 1
-
-
-def _finished_on_commit(task: Task) -> None:
-    pipeline, state, created_at, finished_at = task.pipeline, task.state, task.created_at, task.finished_at
-    metrics.on_commit(
-        lambda: metrics.task_finished(pipeline=pipeline, state=state, created_at=created_at, finished_at=finished_at)
-    )
 
 
 def _due_retries(report: SweepReport) -> None:
@@ -267,3 +187,30 @@ def sweeper_heartbeat(*, name: str) -> None:
     updated = SweeperHeartbeat.objects.filter(name=name).update(last_run_at=timezone.now(), runs=F("runs") + 1)
     if not updated:
         SweeperHeartbeat.objects.get_or_create(name=name, defaults={"last_run_at": timezone.now(), "runs": 1})
+
+
+def sweeper_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def sweeper_loop(*, interval: float, stop: threading.Event) -> None:
+    """Sweep every ``interval`` seconds until ``stop`` is set; run the interval chores when they are due."""
+    name = sweeper_name()
+    # Interval chores are first due one interval after start, then every interval (an in-memory check).
+    due_at = {chore.name: time.monotonic() + chore.interval for chore in _CHORES.values() if chore.interval}
+    logger.info("sweeper started", extra={"event": "sweeper_started", "interval": interval})
+    while not stop.is_set():
+        try:
+            sweep_once()
+            sweeper_heartbeat(name=name)
+            for chore in _CHORES.values():
+                if chore.interval and time.monotonic() >= due_at.setdefault(chore.name, 0.0):
+                    due_at[chore.name] = time.monotonic() + chore.interval
+                    chore.run()
+        except Exception:
+            # A database or Redis outage must not end the loop: retry next round.
+            logger.exception("sweep failed", extra={"event": "sweep_failed"})
+        finally:
+            close_old_connections()
+        stop.wait(interval)
+    logger.info("sweeper stopped", extra={"event": "sweeper_stopped"})

@@ -7,7 +7,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
-from reliability_console.exceptions import StepTimeout
+from tasks.exceptions import StepTimeout
 
 
 @contextlib.contextmanager

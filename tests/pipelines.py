@@ -6,8 +6,8 @@ import os
 import signal
 import socket
 
-from reliability_console.exceptions import PermanentError, TransientError
 from tasks.demo.platform_client import ReportPlatform
+from tasks.exceptions import PermanentError, TransientError
 from tasks.pipelines import FailurePolicy, Pipeline
 from tasks.retry import RetryPolicy
 

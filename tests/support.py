@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import connection
 
 from chaos import processes as chaos_processes
-from chaos.processes import Child, DeploymentError, gunicorn_argv, wait_until
+from chaos.processes import Child, DeploymentError, gunicorn_argv, wait_until, worker_pid
 
 ROOT = Path(__file__).resolve().parent.parent
 LOG_DIR = ROOT / "var" / "test-logs"
@@ -73,8 +73,6 @@ class WorkerPool(chaos_processes.WorkerPool):
 
 
 def pid_of_owner(lease_owner: str) -> int:
-    from tasks.jobs import worker_pid
-
     pid = worker_pid(lease_owner)
     assert pid is not None, f"no process id in worker identity {lease_owner!r}"
     return pid

@@ -32,8 +32,8 @@ DETAILED_DLQ_TASKS = 200
 DETAILED_OLDEST_TASKS = 100
 DETAILED_NEWEST_TASKS = 50
 SEEDED_TABLES = ("tasks_task", "dlq_dlqitem", "tasks_stepattempt", "tasks_checkpoint", "tasks_sideeffect")
-TRANSIENT = "reliability_console.exceptions.TransientError"
-PERMANENT = "reliability_console.exceptions.PermanentError"
+TRANSIENT = "tasks.exceptions.TransientError"
+PERMANENT = "tasks.exceptions.PermanentError"
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ FAILURE_MODES = (
         "POST /v1/send: connection failed (relay-{n})", 5, "transient_error", 100,
     ),
     FailureMode(
-        "image_thumbnails", "resize", "step_timeout", "reliability_console.exceptions.StepTimeout", "crash_loop",
+        "image_thumbnails", "resize", "step_timeout", "tasks.exceptions.StepTimeout", "crash_loop",
         "resize of img-{n} killed its worker", 3, "crashed", 70,
     ),
     FailureMode(

@@ -9,7 +9,7 @@ not ``random()``): the task insert, the DLQ insert and the detail insert each
 recompute what they need about a task (``_task_rows``) instead of reading it
 back. The statements take the shape's tables as arrays (``sql_params``): a
 weighted choice indexes an array of ``SLOTS`` positions with a uniform number,
-and the DLQ reasons are the production text (``dlq.services.describe``) with a
+and the DLQ reasons are the production text (``tasks.dead_letters.reason_text``) with a
 marker where each item's own message goes. Batches bind ``first`` and ``last``.
 """
 
@@ -37,7 +37,7 @@ from devtools.scale_data.shape import (
     UNRESOLVED_SHARE,
     SeedPlan,
 )
-from dlq.services import describe
+from tasks.dead_letters import reason_text
 
 
 def _slots(choices, universe) -> list[int]:
@@ -83,8 +83,8 @@ def sql_params(plan: SeedPlan) -> dict:
         "mode_outcome": [mode.attempt_outcome for mode in FAILURE_MODES],
         # The production text, with a marker where each item's own message goes.
         "mode_reason_text": [
-            describe(
-                reason_code=mode.reason_code,
+            reason_text(
+                reason=mode.reason_code,
                 step=mode.step,
                 code=mode.error_code,
                 message="{message}",

@@ -37,5 +37,8 @@ def backwards(apps, schema_editor):
 class Migration(migrations.Migration):
     atomic = False
     dependencies = [("dlq", "0006_default_alert_rules")]
+    # The console's migrations create the dead-letter table; the engine's
+    # 0008, which takes the model over, must find it there (see that migration).
+    run_before = [("tasks", "0008_dead_letters_owned_by_the_engine")]
 
     operations = [migrations.RunPython(forwards, backwards)]

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from ninja import Schema
 from pydantic import ConfigDict, Field
 
-from tasks.services import MAX_DEADLINE_SECONDS
+from tasks.submission import MAX_DEADLINE_SECONDS
 
 TaskStateName = Literal[
     "queued", "running", "retry_scheduled", "succeeded", "failed", "compensating", "compensated", "compensation_failed"

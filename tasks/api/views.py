@@ -10,13 +10,6 @@ from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.security import HttpBearer
 
-from reliability_console.exceptions import (
-    IdempotencyKeyInUse,
-    IdempotencyKeyReused,
-    InvalidTaskInput,
-    ReliabilityError,
-    UnknownPipeline,
-)
 from tasks.api.errors import ApiError, error_response, json_bytes
 from tasks.api.parser import StrictJsonParser
 from tasks.api.schemas import (
@@ -29,6 +22,13 @@ from tasks.api.schemas import (
 )
 from tasks.api.services import api_task_submit
 from tasks.clients import api_client_authenticate
+from tasks.exceptions import (
+    IdempotencyKeyInUse,
+    IdempotencyKeyReused,
+    InvalidTaskInput,
+    ReliabilityError,
+    UnknownPipeline,
+)
 from tasks.selectors import (
     idempotency_record_for_client,
     task_for_client,

@@ -14,8 +14,8 @@ from typing import Any
 import requests
 from django.conf import settings
 
-from reliability_console.exceptions import PermanentError, StepTimeout, TransientError
 from tasks.context import StepContext
+from tasks.exceptions import PermanentError, StepTimeout, TransientError
 
 PERMANENT_CODES = {
     400: "bad_request",

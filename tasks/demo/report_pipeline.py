@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reliability_console.exceptions import InvalidTaskInput, PermanentError
 from tasks.demo.platform_client import ReportPlatform
+from tasks.exceptions import InvalidTaskInput, PermanentError
 from tasks.pipelines import FailurePolicy, Pipeline
 from tasks.retry import RetryPolicy
 

@@ -8,7 +8,7 @@ import pytest
 from django.db.models import Count
 from prometheus_client.parser import text_string_to_metric_families
 
-from dlq.alerting import alerts_evaluate
+from dlq.alerting.rules import alerts_evaluate
 from dlq.models import AlertChannel, AlertEvent, AlertRule, DLQItem, DLQStatus
 from tasks.models import AttemptKind, StepAttempt, Task
 from tasks.runner import task_run

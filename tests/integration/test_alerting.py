@@ -10,8 +10,8 @@ from django.core import mail
 from django.db import connection
 from django.utils import timezone
 
-from dlq import alert_measures
-from dlq.alerting import alert_rule_evaluate, alerts_evaluate
+from dlq.alerting import measures as alert_measures
+from dlq.alerting.rules import alert_rule_evaluate, alerts_evaluate
 from dlq.models import (
     AlertChannel,
     AlertDelivery,

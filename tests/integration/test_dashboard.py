@@ -339,7 +339,7 @@ def test_operator_actions_of_the_last_24_hours_are_counted_by_outcome(admin_clie
 
 
 def test_the_alerts_section_shows_firing_rules_and_history(admin_client, clean_redis):
-    from dlq.alerting import alerts_evaluate
+    from dlq.alerting.rules import alerts_evaluate
     from dlq.models import AlertRule
 
     AlertRule.objects.all().delete()

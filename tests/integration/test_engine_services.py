@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import json
+import threading
 import zlib
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from dlq.models import DLQItem, DLQStatus
-from reliability_console.exceptions import IdempotencyKeyReused, InvalidTaskInput, LeaseLost, UnknownPipeline
+from tasks import sweeper
+from tasks.attempts import AttemptRecord
+from tasks.exceptions import IdempotencyKeyReused, InvalidTaskInput, LeaseLost, UnknownPipeline
 from tasks.leases import task_claim
 from tasks.models import AttemptKind, AttemptOutcome, Checkpoint, EffectStatus, SideEffect, StepAttempt, Task
-from tasks.outcomes import AttemptRecord, step_succeeded
+from tasks.outcomes import step_succeeded
 from tasks.runner import task_run
 from tasks.services import task_compensate, task_submit
 from tasks.sweeper import sweep_once
+from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -208,3 +214,81 @@ def test_the_sweeper_purges_expired_idempotency_records():
     assert list(IdempotencyRecord.objects.values_list("key", flat=True)) == ["fresh"]
     # After expiry the key may be used again: a new task.
     assert task_submit(pipeline="t_local", input={"n": 2}, idempotency_key="old").input == {"n": 2}
+
+
+def _lose_leases(task, times: int, owner: str = "doomed") -> list:
+    """Claim ``task`` and let its lease expire ``times`` times, sweeping after each; the sweep reports."""
+    reports = []
+    for _ in range(times):
+        assert task_claim(task_id=str(task.pk), owner=owner) is not None
+        Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        reports.append(sweep_once())
+    return reports
+
+
+def test_a_crash_loop_of_a_parked_pipeline_fails_through_the_runners_path(settings):
+    settings.RELIABILITY_MAX_CRASHES = 2
+    task = task_submit(pipeline="t_parked", input={})
+    reports = _lose_leases(task, 2)
+    assert (reports[0].requeued, reports[1].crash_loops) == (1, 1)
+    task.refresh_from_db()
+    assert (task.state, task.failure_reason, task.failure_code, task.failed_step) == (
+        "failed",
+        "crash_loop",
+        "crash_loop",
+        "parked_charge",
+    )
+    assert task.in_dlq and task.lease_owner == "" and task.crash_count == 2
+    item = DLQItem.objects.get(task=task)
+    assert (item.status, item.reason_code, item.failing_step) == (DLQStatus.OPEN, "crash_loop", "parked_charge")
+    assert "Workers died 2 times" in item.reason
+    crashed = StepAttempt.objects.filter(task=task, outcome=AttemptOutcome.CRASHED)
+    assert list(crashed.values_list("error_code", "step_name")) == [("lease_expired", "parked_charge")] * 2
+
+
+def test_a_compensation_whose_workers_keep_dying_ends_like_a_failed_compensation(settings):
+    settings.RELIABILITY_MAX_CRASHES = 2
+    task = task_submit(pipeline="t_parked", input={"fail": True})
+    assert task_run(task_id=str(task.pk), worker="w1") == "failed"
+    task_compensate(task_id=task.pk)
+    reports = _lose_leases(task, 2)
+    assert (reports[0].requeued, reports[1].compensation_crash_loops) == (1, 1)
+    task.refresh_from_db()
+    assert (task.state, task.failure_reason, task.failure_code) == (
+        "compensation_failed",
+        "compensation_failed",
+        "crash_loop",
+    )
+    item = DLQItem.objects.get(task=task)
+    assert item.status == DLQStatus.OPEN and "lost 2 times" in item.compensation_error
+    assert task.in_dlq and task.finished_at is not None
+
+
+def test_the_console_adds_its_chores_to_the_engines_sweeps():
+    report = sweep_once()
+    # Every sweep: the console's bulk re-delivery and retention; alert evaluation runs from the loop on its interval.
+    assert list(report.chores) == ["bulk_redelivered", "dlq_items_purged"]
+    assert {"bulk_redelivered", "dlq_items_purged"} <= set(report.as_log())
+    assert sweeper._CHORES["alerts_evaluated"].interval == settings.RELIABILITY_ALERT_INTERVAL_SECONDS
+
+
+def test_the_sweeper_loop_runs_an_interval_chore_when_it_is_due(monkeypatch):
+    runs = []
+    monkeypatch.setitem(sweeper._CHORES, "t_counted", sweeper.Chore("t_counted", lambda: runs.append(1) or 1, 0.05))
+    stop = threading.Event()
+
+    def loop():
+        try:
+            sweeper.sweeper_loop(interval=0.02, stop=stop)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    try:
+        wait_for(lambda: len(runs) >= 3, timeout=10, message="the chore to run three times")
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert "t_counted" not in sweep_once().chores  # interval chores never run in a plain sweep

@@ -12,11 +12,12 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from reliability_console.exceptions import LeaseLost
 from tasks import fenced_writes
+from tasks.attempts import AttemptRecord
+from tasks.exceptions import LeaseLost
 from tasks.leases import Heartbeat, task_claim
 from tasks.models import AttemptKind, AttemptOutcome, Checkpoint, EffectStatus, SideEffect, StepAttempt, Task
-from tasks.outcomes import AttemptRecord, step_succeeded
+from tasks.outcomes import step_succeeded
 from tasks.services import task_submit
 from tasks.sweeper import sweep_once
 from tests.support import wait_for

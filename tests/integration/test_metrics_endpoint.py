@@ -68,7 +68,7 @@ def test_state_figures_match_the_database(client, settings, clean_redis):
     sweeper_heartbeat(name="s1")
     AlertChannel.objects.create(name="hook", kind="webhook", consecutive_failures=3, total_failures=7)
     AlertRule.objects.create(name="any", kind="open_items", threshold=0)
-    from dlq.alerting import alerts_evaluate
+    from dlq.alerting.rules import alerts_evaluate
 
     alerts_evaluate()
 

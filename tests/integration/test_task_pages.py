@@ -18,8 +18,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dlq.audit import audit_record
+from dlq.lifecycle import TRANSITIONS, lifecycle_svg
 from dlq.models import AuditOutcome
-from tasks.lifecycle import TRANSITIONS, lifecycle_svg
 from tasks.models import AttemptOutcome, EffectStatus, StepAttempt, Task, TaskState
 from tasks.runner import task_run
 from tasks.services import task_submit

@@ -7,7 +7,7 @@ import ipaddress
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from dlq.alert_channels import body_bytes, signature
+from dlq.alerting.channels import body_bytes, signature
 from dlq.metrics_export import metrics_access
 from reliability_console.config import validate_directory, validate_networks
 

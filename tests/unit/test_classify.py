@@ -1,8 +1,8 @@
 import pytest
 import requests
 
-from reliability_console.exceptions import PermanentError, StepTimeout, TransientError
 from tasks.classify import classify
+from tasks.exceptions import PermanentError, StepTimeout, TransientError
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@ import random
 
 import pytest
 
-from reliability_console.exceptions import ConfigurationError
 from tasks.classify import Classification
+from tasks.exceptions import ConfigurationError
 from tasks.retry import RetryPolicy
 
 TRANSIENT = Classification(True, "http_503", "down", "x.TransientError")

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
-from dlq.alerting import alerts_evaluate
+from dlq.alerting.rules import alerts_evaluate
 
 logger = logging.getLogger(__name__)
 

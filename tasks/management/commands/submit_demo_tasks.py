@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from reliability_console.exceptions import ReliabilityError
-from tasks.services import task_submit
+from tasks.exceptions import ReliabilityError
+from tasks.submission import task_submit
 
 # (user, topic): demo-broke has no quota at the simulator (402 -> compensation
 # and a DLQ item); demo-flaky meets scripted 5xx and 429 faults first.

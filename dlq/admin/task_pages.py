@@ -1,4 +1,5 @@
-"""Read-only task pages: a list that stays fast on millions of tasks, and one page per task.
+"""The engine's tasks and API clients in the console: a task list that stays fast on millions of tasks,
+one page per task, and the API clients (revoke only).
 
 Nobody edits a task's fields by hand: state changes go through services (the
 DLQ actions), so every write permission is refused and a POST to a task page
@@ -22,13 +23,13 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from dlq.lifecycle import lifecycle_svg
 from dlq.models import AuditEntry
 from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, PipelineFilter, ReadOnlyAdminMixin
-from reliability_console.exceptions import UnknownPipeline
 from reliability_console.paginator import CappedCountPaginator
 from tasks import registry
 from tasks.clients import api_client_revoke
-from tasks.lifecycle import lifecycle_svg
+from tasks.exceptions import UnknownPipeline
 from tasks.models import ApiClient, AttemptKind, Checkpoint, SideEffect, StepAttempt, Task, TaskState
 from tasks.redaction import redact
 

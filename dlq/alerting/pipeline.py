@@ -7,11 +7,16 @@ item when a channel keeps failing.
 
 from __future__ import annotations
 
-from dlq.alert_channels import channel_send
-from dlq.alerting import NOTIFY_PIPELINE, alert_delivery_attempt_failed, alert_delivery_given_up, alert_delivery_sent
-from dlq.models import AlertDelivery
-from reliability_console.exceptions import PermanentError, UnknownPipeline
+from dlq.alerting.channels import channel_send
+from dlq.alerting.models import AlertDelivery
+from dlq.alerting.notifications import (
+    NOTIFY_PIPELINE,
+    alert_delivery_attempt_failed,
+    alert_delivery_given_up,
+    alert_delivery_sent,
+)
 from tasks import registry
+from tasks.exceptions import PermanentError, UnknownPipeline
 from tasks.pipelines import FailurePolicy, Pipeline
 from tasks.retry import RetryPolicy
 

@@ -1,4 +1,4 @@
-"""Alert rules as small state machines (ok → firing → resolved) and their notifications.
+"""Alert rules as small state machines (ok → firing → resolved): evaluation and transitions.
 
 Every transition is one conditional UPDATE on the rule's ``version`` (and
 state) plus, in the same transaction, its ``AlertEvent`` and one
@@ -12,30 +12,18 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
-import time
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from dlq import metrics
-from dlq.alert_measures import Measurement, rule_measure
-from dlq.models import (
-    AlertChannel,
-    AlertDelivery,
-    AlertDeliveryStatus,
-    AlertEvent,
-    AlertEventKind,
-    AlertRule,
-    AlertState,
-)
+from dlq.alerting.measures import Measurement, rule_measure
+from dlq.alerting.models import AlertEvent, AlertEventKind, AlertRule, AlertState
+from dlq.alerting.notifications import alert_notifications_submit
 
 logger = logging.getLogger(__name__)
-
-NOTIFY_PIPELINE = "alert_notify"
 
 
 @dataclass
@@ -149,88 +137,3 @@ def _transition(
         extra={"event": f"alert_{event_kind}", "rule": rule.name, "value": measurement.value},
     )
     return event
-
-
-def alert_channels_for(rule: AlertRule) -> list[AlertChannel]:
-    """The rule's enabled channels; a rule with none chosen uses every enabled channel."""
-    if rule.channels.exists():
-        return list(rule.channels.filter(enabled=True))
-    return list(AlertChannel.objects.filter(enabled=True))
-
-
-def alert_notifications_submit(*, event: AlertEvent) -> list[AlertDelivery]:
-    """One delivery row and one ``alert_notify`` task per channel, in the caller's transaction."""
-    from tasks.services import task_submit
-
-    deliveries = []
-    for channel in alert_channels_for(event.rule):
-        delivery = AlertDelivery.objects.create(event=event, channel=channel)
-        task = task_submit(
-            pipeline=NOTIFY_PIPELINE,
-            input={"delivery_id": delivery.pk},
-            idempotency_key=f"alert-{event.pk}-{channel.pk}",
-        )
-        delivery.task = task
-        delivery.save(update_fields=["task"])
-        deliveries.append(delivery)
-    return deliveries
-
-
-# --- delivery bookkeeping (called by the alert_notify step) --------------------------
-
-
-def alert_delivery_sent(*, delivery: AlertDelivery) -> None:
-    now = timezone.now()
-    with transaction.atomic():
-        AlertDelivery.objects.filter(pk=delivery.pk).update(
-            status=AlertDeliveryStatus.SENT, attempts=F("attempts") + 1, delivered_at=now, last_error=""
-        )
-        AlertChannel.objects.filter(pk=delivery.channel_id).update(consecutive_failures=0, last_success_at=now)
-    metrics.alert_notification_attempted(
-        channel=delivery.channel.name, channel_kind=delivery.channel.kind, outcome="sent"
-    )
-
-
-def alert_delivery_attempt_failed(*, delivery: AlertDelivery, error: str) -> None:
-    now = timezone.now()
-    with transaction.atomic():
-        AlertDelivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1, last_error=error[:2000])
-        AlertChannel.objects.filter(pk=delivery.channel_id).update(
-            consecutive_failures=F("consecutive_failures") + 1,
-            total_failures=F("total_failures") + 1,
-            last_error=error[:2000],
-            last_failure_at=now,
-        )
-    metrics.alert_notification_attempted(
-        channel=delivery.channel.name, channel_kind=delivery.channel.kind, outcome="failed"
-    )
-    logger.warning(
-        "alert notification failed",
-        extra={"event": "alert_notification_failed", "channel": delivery.channel.name, "error": error[:300]},
-    )
-
-
-def alert_delivery_given_up(*, delivery_id: int) -> None:
-    AlertDelivery.objects.filter(pk=delivery_id).exclude(status=AlertDeliveryStatus.SENT).update(
-        status=AlertDeliveryStatus.FAILED
-    )
-
-
-# --- the periodic job ------------------------------------------------------------------
-
-
-class EvaluationSchedule:
-    """Decides, in memory, whether evaluation is due: the sweeper asks on every sweep for free."""
-
-    def __init__(self, interval: float | None = None, *, start_due: bool = False) -> None:
-        self.interval = interval or settings.RELIABILITY_ALERT_INTERVAL_SECONDS
-        self._next = time.monotonic() if start_due else time.monotonic() + self.interval
-        self._lock = threading.Lock()
-
-    def run_if_due(self) -> EvaluationReport | None:
-        with self._lock:
-            now = time.monotonic()
-            if now < self._next:
-                return None
-            self._next = now + self.interval
-        return alerts_evaluate()

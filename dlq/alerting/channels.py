@@ -18,8 +18,8 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.urls import reverse
 
-from dlq.models import AlertChannel, AlertChannelKind, AlertEvent
-from reliability_console.exceptions import PermanentError, TransientError
+from dlq.alerting.models import AlertChannel, AlertChannelKind, AlertEvent
+from tasks.exceptions import PermanentError, TransientError
 
 logger = logging.getLogger("dlq.alerts")
 

@@ -1,4 +1,4 @@
-"""The engine's durable state: tasks, step attempts, checkpoints and the side-effect ledger.
+"""The task: its lifecycle as django-fsm-2 transitions, its lease and its fencing token.
 
 State changes go through django-fsm-2 transitions only. ``Task`` saves are
 conditional on the state it was loaded in (ConcurrentTransitionMixin) and on
@@ -44,27 +44,6 @@ class FailureReason(models.TextChoices):
     COMPENSATION_FAILED = "compensation_failed", _("compensation failed")
 
 
-class ApiClient(models.Model):
-    """A program that calls the HTTP API with a bearer token (only its hash is stored)."""
-
-    name = models.CharField(max_length=100, unique=True)
-    token_hash = models.CharField(max_length=64, unique=True)
-    token_prefix = models.CharField(max_length=12, help_text=_("first characters, to recognise a token"))
-    created_at = models.DateTimeField(auto_now_add=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        verbose_name = _("API client")
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
-
-    @property
-    def is_active(self) -> bool:
-        return self.revoked_at is None
-
-
 class Task(ConcurrentTransitionMixin, models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     pipeline = models.CharField(max_length=100)
@@ -86,8 +65,9 @@ class Task(ConcurrentTransitionMixin, models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     fencing_token = models.BigIntegerField(default=0)
     crash_count = models.PositiveIntegerField(default=0)
-    # True while the task has an unresolved DLQ item: a retried task that then
-    # succeeds resolves it in its finishing transaction.
+    # True while the task has an unresolved dead letter. Written only by
+    # tasks.dead_letters, in the transaction that changes the item; the runner
+    # reads it to resolve the item when a retried task succeeds.
     in_dlq = models.BooleanField(default=False)
 
     result = models.JSONField(null=True, blank=True)
@@ -98,7 +78,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
 
     # Indexed by task_client_created_idx (client first); no separate index.
     client = models.ForeignKey(
-        ApiClient, null=True, blank=True, on_delete=models.PROTECT, related_name="tasks", db_index=False
+        "tasks.ApiClient", null=True, blank=True, on_delete=models.PROTECT, related_name="tasks", db_index=False
     )
     # Copied from the submission for search; uniqueness lives in IdempotencyRecord
     # (records expire, after which a key may be used again).
@@ -208,7 +188,6 @@ class Task(ConcurrentTransitionMixin, models.Model):
     def succeed(self, *, result) -> None:
         self.current_step = self.total_steps
         self.result = result
-        self.in_dlq = False
         self._release_lease()
         self.finished_at = timezone.now()
 
@@ -218,21 +197,26 @@ class Task(ConcurrentTransitionMixin, models.Model):
         self._release_lease()
 
     @transition(field=state, source=[TaskState.QUEUED, TaskState.RUNNING], target=TaskState.FAILED)
-    def fail(self, *, reason: str, code: str, message: str, step: str) -> None:
+    def fail(self, *, reason: FailureReason, code: str, message: str, step: str) -> None:
         self.failure_reason = reason
         self.failure_code = code[:100]
         self.failure_message = message
         self.failed_step = step[:100]
         self.retry_at = None
         self.finished_at = timezone.now()
-        self.in_dlq = True
         self._release_lease()
+
+    def count_lost_lease(self) -> None:
+        """Count a lease that expired (its worker died or hung) and fence that worker off.
+
+        Not a transition: it goes with one (re-queue, or failing a crash loop).
+        """
+        self.fencing_token += 1
+        self.crash_count += 1
 
     @transition(field=state, source=TaskState.RUNNING, target=TaskState.QUEUED)
     def requeue_after_lease_expiry(self) -> None:
-        # Bumping the token fences off the worker that lost the lease.
-        self.fencing_token += 1
-        self.crash_count += 1
+        self.count_lost_lease()
         self._release_lease()
 
     @transition(field=state, source=TaskState.FAILED, target=TaskState.COMPENSATING)
@@ -251,8 +235,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
 
     @transition(field=state, source=TaskState.COMPENSATING, target=TaskState.COMPENSATING)
     def release_after_lease_expiry(self) -> None:
-        self.fencing_token += 1
-        self.crash_count += 1
+        self.count_lost_lease()
         self._release_lease()
 
     @transition(field=state, source=TaskState.COMPENSATING, target=TaskState.COMPENSATED)
@@ -315,149 +298,3 @@ def lease_expiry(lease_seconds: float):
     return models.ExpressionWrapper(
         Now() + datetime.timedelta(seconds=lease_seconds), output_field=models.DateTimeField()
     )
-
-
-class AttemptKind(models.TextChoices):
-    STEP = "step", _("step")
-    COMPENSATION = "compensation", _("compensation")
-    FAILURE_NOTICE = "failure_notice", _("failure notice")
-
-
-class AttemptOutcome(models.TextChoices):
-    SUCCEEDED = "succeeded", _("succeeded")
-    TRANSIENT_ERROR = "transient_error", _("transient error")
-    PERMANENT_ERROR = "permanent_error", _("permanent error")
-    TIMEOUT = "timeout", _("timed out")
-    CRASHED = "crashed", _("worker lost (lease expired)")
-    SKIPPED_DEADLINE = "deadline_exceeded", _("not started: deadline exceeded")
-
-
-class StepAttempt(models.Model):
-    """One row per attempt of a step, of a compensation or of the failure notice."""
-
-    # Looked up through the composite index that starts with task (one index less to write per step).
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts", db_index=False)
-    kind = models.CharField(max_length=20, choices=AttemptKind.choices, default=AttemptKind.STEP)
-    generation = models.PositiveIntegerField(default=0)
-    step_index = models.IntegerField()
-    step_name = models.CharField(max_length=100)
-    attempt = models.PositiveIntegerField()
-    worker = models.CharField(max_length=200, blank=True, default="")
-    fencing_token = models.BigIntegerField(default=0)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    outcome = models.CharField(max_length=32, choices=AttemptOutcome.choices)
-    error_code = models.CharField(max_length=100, blank=True, default="")
-    error_class = models.CharField(max_length=200, blank=True, default="")
-    error_message = models.TextField(blank=True, default="")
-    # Kept for engineers on the server; never shown in payload views or the API.
-    traceback = models.TextField(blank=True, default="")
-    retry_delay_seconds = models.FloatField(null=True, blank=True, help_text=_("delay before the next attempt"))
-    retry_after_seconds = models.FloatField(null=True, blank=True, help_text=_("Retry-After sent by the far side"))
-
-    class Meta:
-        verbose_name = _("step attempt")
-        verbose_name_plural = _("step attempts")
-        ordering = ["started_at", "id"]
-        indexes = [
-            models.Index(fields=["task", "kind", "step_index"], name="attempt_task_step_idx"),
-            models.Index(fields=["error_code"], name="attempt_error_code_idx"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.step_name} #{self.attempt} {self.outcome}"
-
-    @property
-    def duration_seconds(self) -> float | None:
-        if self.started_at and self.finished_at:
-            return (self.finished_at - self.started_at).total_seconds()
-        return None
-
-
-class Checkpoint(models.Model):
-    """A completed step and its output; a resumed task starts after the last one."""
-
-    # Looked up through the composite index that starts with task (one index less to write per step).
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="checkpoints", db_index=False)
-    step_index = models.PositiveIntegerField()
-    step_name = models.CharField(max_length=100)
-    output = models.JSONField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        verbose_name = _("checkpoint")
-        verbose_name_plural = _("checkpoints")
-        ordering = ["step_index"]
-        constraints = [models.UniqueConstraint(fields=["task", "step_index"], name="checkpoint_unique_step")]
-
-    def __str__(self) -> str:
-        return f"{self.task_id} step {self.step_index} {self.step_name}"
-
-
-class EffectStatus(models.TextChoices):
-    DONE = "done", _("done")
-    UNCERTAIN = "uncertain", _("may have happened")
-    COMPENSATED = "compensated", _("compensated")
-
-
-class SideEffect(models.Model):
-    """The ledger of external effects: each key a step used, and whether it was undone."""
-
-    # Looked up through the composite index that starts with task (one index less to write per step).
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="side_effects", db_index=False)
-    generation = models.PositiveIntegerField(default=0)
-    step_index = models.IntegerField()
-    step_name = models.CharField(max_length=100)
-    effect_name = models.CharField(max_length=100)
-    effect_key = models.CharField(max_length=255, unique=True)
-    status = models.CharField(max_length=20, choices=EffectStatus.choices, default=EffectStatus.DONE)
-    created_at = models.DateTimeField(auto_now_add=True)
-    compensated_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        verbose_name = _("side effect")
-        verbose_name_plural = _("side-effect ledger")
-        ordering = ["step_index", "id"]
-        indexes = [models.Index(fields=["task", "generation", "step_index"], name="effect_task_step_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.effect_key} ({self.status})"
-
-
-class IdempotencyState(models.TextChoices):
-    IN_PROGRESS = "in_progress", _("in progress")
-    COMPLETED = "completed", _("completed")
-
-
-class IdempotencyRecord(models.Model):
-    """One logical request of one client: its fingerprint, the task it made and the first response."""
-
-    scope = models.CharField(max_length=100, help_text=_('"python" or "client:<id>"'))
-    key = models.CharField(max_length=255)
-    fingerprint = models.CharField(max_length=64)
-    state = models.CharField(max_length=20, choices=IdempotencyState.choices, default=IdempotencyState.IN_PROGRESS)
-    task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
-    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
-    response_body = models.BinaryField(null=True, blank=True)
-    replay_count = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField(auto_now_add=True)
-    locked_at = models.DateTimeField(default=timezone.now, help_text=_("when the owner started processing"))
-    expires_at = models.DateTimeField()
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["scope", "key"], name="idempotency_unique_scope_key")]
-        indexes = [models.Index(fields=["expires_at"], name="idempotency_expires_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.scope}/{self.key} ({self.state})"
-
-
-class SweeperHeartbeat(models.Model):
-    """One row per sweeper process: when it last completed a sweep (for the dashboard and alerts)."""
-
-    name = models.CharField(max_length=200, unique=True)
-    last_run_at = models.DateTimeField()
-    runs = models.PositiveBigIntegerField(default=0)
-
-    def __str__(self) -> str:
-        return f"{self.name} at {self.last_run_at}"

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from django.db.models import Max, Min
 
-from dlq.models import UNRESOLVED_STATUSES, AlertKind, AlertRule, DLQItem
-from tasks.models import SweeperHeartbeat
+from dlq.alerting.models import AlertKind, AlertRule
+from dlq.models import DLQItem
+from tasks.models import UNRESOLVED_STATUSES, SweeperHeartbeat
 
 # Notifications link to at most this many matching items (and the filtered list).
 LINKED_ITEMS = 20

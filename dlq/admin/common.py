@@ -1,0 +1,76 @@
+"""What the console's admin views share: the operator's form, and turning a service's answer into a response."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.utils.translation import gettext_lazy as _
+
+from dlq.actions import ActionDenied, ActionRefused, ReasonRequired
+from dlq.audit import audit_denied
+from dlq.bulk import BulkRefused
+
+
+def client_ip(request: HttpRequest) -> str | None:
+    return request.META.get("REMOTE_ADDR") or None
+
+
+def operator_form(request: HttpRequest) -> dict[str, Any]:
+    """What every operator action takes from a POST: the reason, the resolution code, where it came from."""
+    return {
+        "reason": request.POST.get("reason", ""),
+        "resolution_code": request.POST.get("resolution_code", ""),
+        "client_ip": client_ip(request),
+    }
+
+
+def deny(request: HttpRequest, *, action: str, target_type: str, target_id) -> None:
+    """Refuse a page the user lacks the permission for; an attempt to act (POST) is audited."""
+    if request.method == "POST":
+        audit_denied(
+            actor=request.user.get_username(),
+            action=action,
+            target_type=target_type,
+            target_id=str(target_id),
+            client_ip=client_ip(request),
+            reason=request.POST.get("reason", ""),
+        )
+    raise PermissionDenied
+
+
+class ServiceViewMixin:
+    """For ModelAdmins whose views call one service on POST and answer with a message and a redirect."""
+
+    def perform(
+        self,
+        request: HttpRequest,
+        call: Callable[[], Any],
+        *,
+        done_url: str | Callable[[Any], str],
+        done_message: Callable[[Any], tuple[int, str]],
+        refused_url: str | None = None,
+    ) -> HttpResponse | str:
+        """The response to a POST, or the text of a form problem (the caller shows the form again with it).
+
+        A missing permission is a 403. A refusal (someone acted first, a
+        wrong state) is a message and a redirect to ``refused_url``; without
+        one it is shown on the form like a missing reason.
+        """
+        try:
+            result = call()
+        except ActionDenied:
+            raise PermissionDenied from None
+        except ReasonRequired as exc:
+            return exc.message
+        except (ActionRefused, BulkRefused) as exc:
+            if refused_url is None:
+                return exc.message
+            self.message_user(request, _("Not done: %(why)s") % {"why": exc.message}, messages.ERROR)
+            return HttpResponseRedirect(refused_url)
+        level, text = done_message(result)
+        self.message_user(request, text, level)
+        return HttpResponseRedirect(done_url(result) if callable(done_url) else done_url)

@@ -1,0 +1,26 @@
+"""The console's periodic work, run by the engine's sweeper as chores (registered in ``DlqConfig.ready``).
+
+- ``bulk_redelivered``: bulk operations whose RQ job was lost are delivered again;
+- ``dlq_items_purged``: resolved dead letters past ``RELIABILITY_DLQ_RETENTION_DAYS`` are deleted;
+- ``alerts_evaluated``: the alert rules, every ``RELIABILITY_ALERT_INTERVAL_SECONDS`` (several
+  sweepers evaluating at once is safe).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from dlq.alerting.rules import alerts_evaluate
+from dlq.bulk import bulk_operations_redeliver_stale
+from tasks.dead_letters import dead_letters_purge_resolved
+from tasks.sweeper import Chore, chore_register
+
+
+def _evaluate_alerts() -> int:
+    return len(alerts_evaluate().events)
+
+
+def chores_register() -> None:
+    chore_register(Chore("bulk_redelivered", bulk_operations_redeliver_stale))
+    chore_register(Chore("dlq_items_purged", dead_letters_purge_resolved))
+    chore_register(Chore("alerts_evaluated", _evaluate_alerts, interval=settings.RELIABILITY_ALERT_INTERVAL_SECONDS))

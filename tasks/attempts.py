@@ -1,0 +1,130 @@
+"""One attempt: run a step, a compensation or the failure notice under a time limit, classify it, record it.
+
+The step runner and the compensation runner both go through ``attempt_run``,
+so a timeout, a transient and a permanent error mean the same thing whatever
+was attempted. It writes nothing: the caller decides (retry or not) and hands
+the ``AttemptRecord`` to ``tasks.outcomes``.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import InterfaceError, OperationalError
+from django.utils import timezone
+
+from tasks.classify import Classification, classify
+from tasks.context import StepContext
+from tasks.exceptions import LeaseLost, StepTimeout
+from tasks.models import AttemptOutcome, StepAttempt, Task
+from tasks.timeouts import time_limit
+
+# Raised through an attempt, never recorded as its failure: a lost lease, or
+# the database gone mid-attempt. Nothing can be written now; the lease
+# expires and the sweeper hands the task to a worker again.
+NOT_AN_ATTEMPT_FAILURE = (LeaseLost, OperationalError, InterfaceError)
+# Error codes of an attempt that ran out of time (its own limit, or a client timeout).
+TIMEOUT_CODES = frozenset({StepTimeout.code, "timeout"})
+TRACEBACK_FRAMES = 20
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """What one attempt did, ready to be written."""
+
+    kind: str
+    step_index: int
+    step_name: str
+    attempt: int
+    worker: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    outcome: str
+    error: Classification | None = None
+    traceback: str = ""
+    retry_delay: float | None = None
+
+    def row(self, task: Task) -> StepAttempt:
+        error = self.error
+        return StepAttempt(
+            task_id=task.pk,
+            kind=self.kind,
+            generation=task.generation,
+            step_index=self.step_index,
+            step_name=self.step_name,
+            attempt=self.attempt,
+            worker=self.worker[:200],
+            fencing_token=task.fencing_token,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            outcome=self.outcome,
+            error_code=error.code[:100] if error else "",
+            error_class=error.error_class[:200] if error else "",
+            error_message=error.message if error else "",
+            traceback=self.traceback,
+            retry_delay_seconds=self.retry_delay,
+            retry_after_seconds=error.retry_after if error else None,
+        )
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    record: AttemptRecord
+    value: Any = None
+
+    @property
+    def error(self) -> Classification | None:
+        return self.record.error
+
+
+def attempt_outcome(error: Classification) -> str:
+    """The outcome an attempt that failed with ``error`` is recorded with."""
+    if error.code in TIMEOUT_CODES:
+        return AttemptOutcome.TIMEOUT
+    return AttemptOutcome.TRANSIENT_ERROR if error.transient else AttemptOutcome.PERMANENT_ERROR
+
+
+def attempt_run(
+    function: Callable[[StepContext], Any],
+    ctx: StepContext,
+    *,
+    kind: str,
+    step_index: int,
+    worker: str,
+    timeout: float,
+    transient_errors: tuple[type[BaseException], ...] = (),
+) -> AttemptResult:
+    """Run ``function(ctx)`` within ``timeout`` seconds and return what it returned or how it failed.
+
+    Whatever it raises is classified (transient or permanent, with a code),
+    except a lost lease or a database outage, which propagate.
+    """
+    started_at = timezone.now()
+
+    def record(outcome: str, error: Classification | None = None, tb: str = "") -> AttemptRecord:
+        return AttemptRecord(
+            kind=kind,
+            step_index=step_index,
+            step_name=ctx.step,
+            attempt=ctx.attempt,
+            worker=worker,
+            started_at=started_at,
+            finished_at=timezone.now(),
+            outcome=outcome,
+            error=error,
+            traceback=tb,
+        )
+
+    try:
+        with time_limit(timeout, f"{kind} {ctx.step!r}"):
+            value = function(ctx)
+    except NOT_AN_ATTEMPT_FAILURE:
+        raise
+    except (Exception, StepTimeout) as exc:
+        error = classify(exc, transient_errors)
+        return AttemptResult(record(attempt_outcome(error), error, traceback.format_exc(limit=TRACEBACK_FRAMES)))
+    return AttemptResult(record(AttemptOutcome.SUCCEEDED), value)

@@ -1,0 +1,130 @@
+"""The one writer of dead-letter items and of ``Task.in_dlq``.
+
+Every function here runs inside the transaction that writes the task's
+outcome (the runner's, the sweeper's or an operator's), after the task's own
+guarded save: the item and the task change together or not at all. A task
+has at most one unresolved item (a partial unique index); a task that fails
+again after a retry re-opens it rather than adding another.
+
+``Task.in_dlq`` mirrors "has an unresolved item" so that a worker finishing a
+task knows, without a query, whether an item is waiting to be resolved. It
+is written here and nowhere else, through the task's guarded save (the state
+it was read in and the fencing token it holds).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from tasks import metrics
+from tasks.classify import Classification
+from tasks.fenced_writes import task_save_guarded
+from tasks.models import (
+    UNRESOLVED_STATUSES,
+    DeadLetter,
+    DLQStatus,
+    FailureReason,
+    ResolutionCode,
+    Task,
+    TaskState,
+)
+from tasks.redaction import redact
+
+REASON_TEXT = {
+    FailureReason.PERMANENT_ERROR: "Step {step!r} failed with a permanent error ({code}): {message}",
+    FailureReason.ATTEMPTS_EXHAUSTED: "Step {step!r} kept failing with transient errors; all {attempts} attempts "
+    "used. Last error ({code}): {message}",
+    FailureReason.DEADLINE_EXCEEDED: "The task's deadline passed before step {step!r} could run again. Last error "
+    "({code}): {message}",
+    FailureReason.CRASH_LOOP: "Workers died {crashes} times while running step {step!r}; stopped to avoid a crash "
+    "loop.",
+    FailureReason.COMPENSATION_FAILED: "Compensation could not finish: {message}",
+}
+PURGE_BATCH_SIZE = 1000
+
+
+def reason_text(*, reason: str, step: str, code: str, message: str, attempts: int, crashes: int = 0) -> str:
+    """The human-readable explanation an item shows for a failure ``reason`` (a ``FailureReason``)."""
+    template = REASON_TEXT.get(reason, "Step {step!r} failed ({code}): {message}")
+    return template.format(step=step, code=code or "-", message=message or "-", attempts=attempts, crashes=crashes)
+
+
+def dead_letter_open(*, task: Task, reason: FailureReason, error: Classification, step: str) -> DeadLetter:
+    """Open the task's one unresolved item for its failure, or re-open it with this failure.
+
+    Its status follows the task: compensating when the task goes on to
+    compensate, open when it waits for an operator.
+    """
+    values = {
+        "pipeline": task.pipeline,
+        "reason_code": reason,
+        "reason": reason_text(
+            reason=reason,
+            step=step,
+            code=error.code,
+            message=error.message,
+            attempts=task.total_attempts,
+            crashes=task.crash_count,
+        ),
+        "error_code": error.code,
+        "error_class": error.error_class,
+        "error_message": error.message,
+        "failing_step": step,
+        "attempts": task.total_attempts,
+        "input_snapshot": redact(task.input),
+        "fingerprint": f"{task.pipeline}:{step}:{error.code}"[:300],
+        "status": DLQStatus.COMPENSATING if task.state == TaskState.COMPENSATING else DLQStatus.OPEN,
+        "compensation_error": "",
+    }
+    item = DeadLetter.objects.filter(task=task, status__in=UNRESOLVED_STATUSES).first()
+    if item is None:
+        item = DeadLetter.objects.create(task=task, **values)
+        metrics.dlq_item_created(pipeline=task.pipeline, reason=reason, step=step, error_code=error.code)
+    else:
+        for field, value in values.items():
+            setattr(item, field, value)
+        item.save()
+    _set_in_dlq(task, True)
+    return item
+
+
+def dead_letter_set_status(*, task: Task, status: DLQStatus, compensation_error: str | None = None) -> int:
+    """Move the task's unresolved item to ``status`` (retrying, compensating, compensated, open)."""
+    values: dict = {"status": status, "updated_at": timezone.now()}
+    if compensation_error is not None:
+        values["compensation_error"] = compensation_error
+    return DeadLetter.objects.filter(task_id=task.pk, status__in=UNRESOLVED_STATUSES).update(**values)
+
+
+def dead_letter_resolve(*, task: Task, resolution: ResolutionCode, note: str) -> int:
+    """Resolve the task's unresolved item: it succeeded after a retry, or an operator closed it."""
+    now = timezone.now()
+    resolved = DeadLetter.objects.filter(task_id=task.pk, status__in=UNRESOLVED_STATUSES).update(
+        status=DLQStatus.RESOLVED, resolution_code=resolution, resolution_note=note, resolved_at=now, updated_at=now
+    )
+    metrics.dlq_item_resolved(pipeline=task.pipeline, resolution=resolution, count=resolved)
+    _set_in_dlq(task, False)
+    return resolved
+
+
+def dead_letters_purge_resolved(*, batch_size: int = PURGE_BATCH_SIZE) -> int:
+    """Delete resolved items older than ``RELIABILITY_DLQ_RETENTION_DAYS`` (never when it is 0)."""
+    days = settings.RELIABILITY_DLQ_RETENTION_DAYS
+    if not days:
+        return 0
+    cutoff = timezone.now() - timedelta(days=days)
+    old = DeadLetter.objects.filter(status=DLQStatus.RESOLVED, resolved_at__lt=cutoff).values_list("pk", flat=True)
+    ids = list(old[:batch_size])
+    if not ids:
+        return 0
+    deleted, _ = DeadLetter.objects.filter(pk__in=ids, status=DLQStatus.RESOLVED).delete()
+    return deleted
+
+
+def _set_in_dlq(task: Task, value: bool) -> None:
+    if task.in_dlq != value:
+        task.in_dlq = value
+        task_save_guarded(task, ["in_dlq"])

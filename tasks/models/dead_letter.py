@@ -1,0 +1,88 @@
+"""The dead-letter record: one unresolved item per failed task, part of the task's failure outcome.
+
+The engine owns it: the item is opened, re-opened, moved and resolved by
+``tasks.dead_letters`` in the transaction that writes the task's outcome, so
+"every FAILED, COMPENSATED or COMPENSATION_FAILED task has exactly one open
+item" holds without the console. The console (``dlq``) shows it through a
+proxy model (``dlq.models.DLQItem``) that carries the operators' permissions
+and admin pages.
+
+The table keeps the name it had when the console owned the model
+(``dlq_dlqitem``): moving the model moved no data.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+
+class DLQStatus(models.TextChoices):
+    OPEN = "open", _("open")
+    RETRYING = "retrying", _("retrying")
+    COMPENSATING = "compensating", _("compensating")
+    COMPENSATED = "compensated", _("compensated")
+    RESOLVED = "resolved", _("resolved")
+
+
+# Every status but RESOLVED counts as "open" for the one-item-per-task promise.
+UNRESOLVED_STATUSES = (DLQStatus.OPEN, DLQStatus.RETRYING, DLQStatus.COMPENSATING, DLQStatus.COMPENSATED)
+
+
+class ResolutionCode(models.TextChoices):
+    FIXED_MANUALLY = "fixed_manually", _("fixed manually")
+    DUPLICATE = "duplicate", _("duplicate")
+    IGNORED = "ignored", _("ignored")
+    NOT_A_BUG = "not_a_bug", _("expected behaviour")
+    RETRIED = "retried", _("retried successfully")
+    COMPENSATED = "compensated", _("compensated, nothing more to do")
+
+
+class DeadLetter(models.Model):
+    task = models.ForeignKey("tasks.Task", on_delete=models.PROTECT, related_name="dlq_items")
+    pipeline = models.CharField(max_length=100)
+    reason_code = models.CharField(max_length=40)
+    reason = models.TextField(help_text=_("human-readable explanation of the failure"))
+    error_code = models.CharField(max_length=100, blank=True, default="")
+    error_class = models.CharField(max_length=200, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    failing_step = models.CharField(max_length=100, blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)
+    input_snapshot = models.JSONField(default=dict, help_text=_("task input with secrets redacted"))
+    fingerprint = models.CharField(max_length=300, help_text=_("pipeline:step:error code, for grouping"))
+    status = models.CharField(max_length=20, choices=DLQStatus.choices, default=DLQStatus.OPEN)
+    compensation_error = models.TextField(blank=True, default="")
+    resolution_code = models.CharField(max_length=40, blank=True, default="")
+    resolution_note = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "dlq_dlqitem"
+        verbose_name = _("dead-letter item")
+        verbose_name_plural = _("dead-letter queue")
+        ordering = ["-created_at"]
+        # No admin shows this model; the console's proxy holds the permissions.
+        default_permissions = ()
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task"],
+                condition=~Q(status="resolved"),
+                name="dlq_one_unresolved_item_per_task",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "-created_at"], name="dlq_status_created_idx"),
+            models.Index(fields=["-created_at"], name="dlq_created_idx"),
+            models.Index(fields=["error_class", "status"], name="dlq_error_class_status_idx"),
+            models.Index(fields=["failing_step", "status"], name="dlq_step_status_idx"),
+            models.Index(fields=["resolved_at"], name="dlq_resolved_idx"),
+            models.Index(fields=["pipeline", "status"], name="dlq_pipeline_status_idx"),
+            models.Index(fields=["fingerprint", "status"], name="dlq_fingerprint_status_idx"),
+            models.Index(fields=["reason_code", "status"], name="dlq_reason_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"DLQ {self.pk}: {self.pipeline}/{self.failing_step} {self.reason_code}"

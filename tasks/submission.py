@@ -1,0 +1,191 @@
+"""Submission: the one idempotent flow behind ``task_submit`` (Python) and ``POST /api/v1/tasks`` (HTTP).
+
+A request is fingerprinted as submitted (pipeline, input, deadline); with an
+idempotency key, the key is reserved first (``tasks.idempotency``), so a
+repeat is answered from the record without validating again, a different
+request under the same key is refused, and a concurrent twin waits. Then the
+pipeline validates the input and the task, its idempotency record (with the
+first response, for HTTP) and its delivery after commit are written in one
+transaction. A refused request releases its key and stores nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from tasks import registry
+from tasks.delivery import deliver_on_commit
+from tasks.exceptions import InvalidTaskInput
+from tasks.idempotency import idempotency_abandon, idempotency_begin, idempotency_complete
+from tasks.models import ApiClient, Task
+from tasks.pipelines import Pipeline
+
+logger = logging.getLogger(__name__)
+
+PYTHON_SCOPE = "python"
+MAX_IDEMPOTENCY_KEY_LENGTH = 255
+MAX_DEADLINE_SECONDS = 365 * 86400
+
+# What a submission answers and stores for its key: (HTTP status, body), or nothing (Python callers).
+Responder = Callable[[Task], tuple[int, bytes]]
+
+
+@dataclass(frozen=True)
+class Submission:
+    """The outcome of a submission: a new task, or the replay of an earlier one under the same key."""
+
+    task_id: uuid.UUID
+    replayed: bool
+    response_status: int | None = None
+    response_body: bytes | None = None
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, fixed separators: the one form in which payloads are hashed."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def request_fingerprint(*, pipeline: str, input: Any, deadline_seconds: float | None) -> str:
+    """SHA-256 of the canonical JSON of the request as submitted: pipeline, input and deadline."""
+    body = {"pipeline": pipeline, "input": input, "deadline_seconds": deadline_seconds}
+    try:
+        return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+    except (TypeError, ValueError) as exc:
+        raise InvalidTaskInput(f"input is not JSON: {exc}") from None
+
+
+def submission_create(
+    *,
+    pipeline: str,
+    input: Any,
+    deadline: datetime | timedelta | float | None = None,
+    idempotency_key: str | None = None,
+    scope: str = PYTHON_SCOPE,
+    client: ApiClient | None = None,
+    respond: Responder | None = None,
+) -> Submission:
+    """Create a task (delivered after commit) or replay the one an earlier request with this key made.
+
+    ``respond`` renders the response stored with the key (HTTP); raises
+    ``UnknownPipeline``, ``InvalidTaskInput``, ``IdempotencyKeyReused`` or
+    ``IdempotencyKeyInUse``, and then nothing is stored.
+    """
+    deadline_at, deadline_seconds = resolve_deadline(deadline)
+    fingerprint = request_fingerprint(pipeline=pipeline, input=input, deadline_seconds=deadline_seconds)
+    reservation = None
+    if idempotency_key is not None:
+        check_idempotency_key(idempotency_key)
+        reservation = idempotency_begin(scope=scope, key=idempotency_key, fingerprint=fingerprint)
+        if not reservation.owned:
+            record = reservation.record
+            body = bytes(record.response_body) if record.response_body is not None else None
+            return Submission(record.task_id, replayed=True, response_status=record.response_status, response_body=body)
+    try:
+        spec = registry.get(pipeline)
+        cleaned = clean_input(spec, input)
+        with transaction.atomic():
+            task = _task_create(
+                spec=spec,
+                input=cleaned,
+                deadline=deadline_at,
+                client=client,
+                scope=scope,
+                key=idempotency_key,
+                fingerprint=fingerprint,
+            )
+            status, body = respond(task) if respond is not None else (None, None)
+            if reservation is not None:
+                idempotency_complete(record=reservation.record, task=task, status=status, body=body)
+    except BaseException:
+        if reservation is not None:
+            idempotency_abandon(record=reservation.record)
+        raise
+    return Submission(task.pk, replayed=False, response_status=status, response_body=body)
+
+
+def task_submit(
+    *,
+    pipeline: str,
+    input: Any,
+    idempotency_key: str | None = None,
+    deadline: datetime | timedelta | float | None = None,
+    scope: str = PYTHON_SCOPE,
+) -> Task:
+    """Create a task and deliver it after commit; return it.
+
+    The same ``idempotency_key`` with the same pipeline, input and deadline
+    returns the task the first call created; with a different request it
+    raises ``IdempotencyKeyReused`` and changes nothing. ``deadline`` is an
+    aware datetime, or seconds / a timedelta from now. If Redis is down the
+    task is still created (QUEUED) and the sweeper delivers it later.
+    """
+    submission = submission_create(
+        pipeline=pipeline, input=input, deadline=deadline, idempotency_key=idempotency_key, scope=scope
+    )
+    return Task.objects.get(pk=submission.task_id)
+
+
+def _task_create(
+    *,
+    spec: Pipeline,
+    input: Any,
+    deadline: datetime | None,
+    client: ApiClient | None,
+    scope: str,
+    key: str | None,
+    fingerprint: str,
+) -> Task:
+    task = Task.objects.create(
+        pipeline=spec.name,
+        input=input,
+        total_steps=len(spec.steps),
+        deadline=deadline,
+        client=client,
+        idempotency_scope=scope if key is not None else "",
+        idempotency_key=key,
+        request_fingerprint=fingerprint,
+    )
+    deliver_on_commit(task.pk, task.fencing_token)
+    logger.info("task submitted", extra={"event": "task_submitted", "task_id": str(task.pk), "pipeline": spec.name})
+    return task
+
+
+def clean_input(spec: Pipeline, data: Any) -> Any:
+    """Run the pipeline's own validation; the result must be storable as JSON."""
+    cleaned = spec.clean_input(data)
+    try:
+        canonical_json(cleaned)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTaskInput(f"input is not JSON: {exc}") from None
+    return cleaned
+
+
+def check_idempotency_key(key: str) -> None:
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY_LENGTH:
+        raise InvalidTaskInput("idempotency key must be 1 to 255 characters", details={"idempotency_key": key})
+    if not all(32 <= ord(ch) < 127 for ch in key):
+        raise InvalidTaskInput("idempotency key must be printable ASCII", details={"idempotency_key": key})
+
+
+def resolve_deadline(deadline) -> tuple[datetime | None, float | None]:
+    """(when, as submitted): an aware datetime stays; seconds or a timedelta count from now."""
+    if deadline is None:
+        return None, None
+    if isinstance(deadline, datetime):
+        if timezone.is_naive(deadline):
+            raise InvalidTaskInput("deadline must be timezone-aware")
+        return deadline, deadline.timestamp()
+    seconds = deadline.total_seconds() if isinstance(deadline, timedelta) else deadline
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= MAX_DEADLINE_SECONDS:
+        raise InvalidTaskInput("deadline must be a positive number of seconds (at most one year)")
+    return timezone.now() + timedelta(seconds=seconds), float(seconds)
