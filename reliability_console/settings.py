@@ -43,9 +43,11 @@ INSTALLED_APPS = [
     "tasks.apps.TasksConfig",
     "dlq.apps.DlqConfig",
 ]
-# Development-only tools (seed_scale_data): in a source checkout, not in the wheel, which does not ship them.
-if importlib.util.find_spec("devtools") is not None:
-    INSTALLED_APPS.append("devtools")
+# Development-only tools (seed_scale_data) exist in a source checkout, not in the wheel, which does not ship them;
+# only this project's own devtools/ counts (another installed package may have the same name).
+_devtools = importlib.util.find_spec("devtools")
+if _devtools is not None and _devtools.origin and Path(_devtools.origin).resolve().parent.parent == BASE_DIR:
+    INSTALLED_APPS.append("devtools.apps.DevtoolsConfig")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
