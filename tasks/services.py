@@ -8,6 +8,9 @@ importable from here too, its documented path).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from django.db import transaction
 from django_fsm import ConcurrentTransition
 
@@ -79,10 +82,8 @@ def task_close(*, task_id, resolution: ResolutionCode, note: str) -> Task:
         task = _locked(task_id)
         if task.state not in CLOSABLE_STATES:
             raise TaskNotActionable(f"task is {task.state}; only failed tasks can be closed")
-        try:
+        with _refused_if_changed():
             resolved = dead_letter_resolve(task=task, resolution=resolution, note=note)
-        except LeaseLost:
-            raise TaskNotActionable("the task changed while acting on it; reload and try again") from None
         if not resolved:
             raise TaskNotActionable("the task has no open dead letter")
     return task
@@ -96,7 +97,14 @@ def _locked(task_id) -> Task:
 
 
 def _save(task: Task) -> None:
-    try:
+    with _refused_if_changed():
         task.save()
-    except ConcurrentTransition:
+
+
+@contextlib.contextmanager
+def _refused_if_changed() -> Iterator[None]:
+    """A guarded write that finds the task changed (by a worker or another operator) refuses the action."""
+    try:
+        yield
+    except (ConcurrentTransition, LeaseLost):
         raise TaskNotActionable("the task changed while acting on it; reload and try again") from None

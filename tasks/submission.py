@@ -48,6 +48,8 @@ class Submission:
     replayed: bool
     response_status: int | None = None
     response_body: bytes | None = None
+    # The task this submission created (None for a replay, which knows only the id).
+    created: Task | None = None
 
 
 def canonical_json(value: Any) -> str:
@@ -110,7 +112,7 @@ def submission_create(
         if reservation is not None:
             idempotency_abandon(record=reservation.record)
         raise
-    return Submission(task.pk, replayed=False, response_status=status, response_body=body)
+    return Submission(task.pk, replayed=False, response_status=status, response_body=body, created=task)
 
 
 def task_submit(
@@ -132,7 +134,7 @@ def task_submit(
     submission = submission_create(
         pipeline=pipeline, input=input, deadline=deadline, idempotency_key=idempotency_key, scope=scope
     )
-    return Task.objects.get(pk=submission.task_id)
+    return submission.created or Task.objects.get(pk=submission.task_id)
 
 
 def _task_create(
