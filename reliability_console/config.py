@@ -73,8 +73,25 @@ class Env:
         return [part.strip() for part in raw.split(",") if part.strip()]
 
 
-def database_config(url: str, var_dir: Path) -> dict:
-    """Return a Django DATABASES entry for ``url`` (or the local SQLite file when empty)."""
+# How processes reach PostgreSQL: each connection its own server session, or a transaction pooler between.
+DATABASE_POOLERS = ("none", "transaction")
+
+
+def validate_database_pooler(value: str) -> str:
+    value = value.lower() or "none"
+    if value == "session":  # a session pooler keeps one server session per client: as direct
+        value = "none"
+    if value not in DATABASE_POOLERS:
+        raise ImproperlyConfigured(f"DATABASE_POOLER={value!r} must be one of none, session, transaction")
+    return value
+
+
+def database_config(url: str, var_dir: Path, *, pooler: str = "none") -> dict:
+    """Return a Django DATABASES entry for ``url`` (or the local SQLite file when empty).
+
+    Behind a transaction pooler no session state may outlive a transaction:
+    Django's server-side cursors (``QuerySet.iterator()``) are off.
+    """
     if not url:
         return sqlite_config(var_dir / "reliability.sqlite3")
     parsed = urlparse(url)
@@ -84,6 +101,8 @@ def database_config(url: str, var_dir: Path) -> dict:
         import dj_database_url
 
         config = dj_database_url.parse(url, conn_max_age=600, conn_health_checks=True)
+        if pooler == "transaction":
+            config["DISABLE_SERVER_SIDE_CURSORS"] = True
         return config
     if parsed.scheme == "sqlite":
         path = parsed.path if parsed.netloc == "" else parsed.netloc + parsed.path
@@ -117,6 +136,48 @@ def validate_redis_url(url: str) -> str:
     if parsed.scheme not in ("redis", "rediss", "unix"):
         raise ImproperlyConfigured(f"REDIS_URL {redact_url(url)!r} must start with redis://, rediss:// or unix://")
     return url
+
+
+def redis_connection_config(
+    url: str, *, sentinels: list[str], master: str, sentinel_password: str = "", socket_timeout: float = 5
+) -> dict:
+    """The connection part of a django-rq queue: ``url`` itself, or the primary that Sentinel names.
+
+    With sentinels, ``url`` gives only the database number and password of
+    the primary (its host is whatever Sentinel says now, after every
+    failover); every Redis client of the project connects through django-rq,
+    so this one entry configures them all.
+    """
+    if not sentinels:
+        return {"URL": url}
+    if not master:
+        raise ImproperlyConfigured("REDIS_SENTINELS is set but REDIS_SENTINEL_MASTER (the monitored name) is not")
+    addresses = []
+    for entry in sentinels:
+        host, _, port = entry.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ImproperlyConfigured(f"REDIS_SENTINELS entry {entry!r} is not host:port")
+        addresses.append((host.strip("[]"), int(port)))
+    parsed = urlparse(url)
+    if parsed.scheme == "unix":
+        raise ImproperlyConfigured("REDIS_SENTINELS cannot be used with a unix:// REDIS_URL")
+    database = parsed.path.strip("/") or "0"
+    if not database.isdigit():
+        raise ImproperlyConfigured(f"REDIS_URL {redact_url(url)!r}: the database must be a number")
+    config = {
+        "SENTINELS": addresses,
+        "MASTER_NAME": master,
+        "DB": int(database),
+        "PASSWORD": parsed.password,
+        "USERNAME": parsed.username or None,
+        "SOCKET_TIMEOUT": socket_timeout,
+        # A dead primary must fail fast so that the client asks Sentinel again.
+        "CONNECTION_KWARGS": {"socket_connect_timeout": 2, "ssl": parsed.scheme == "rediss"},
+        "SENTINEL_KWARGS": {"socket_timeout": 2, "socket_connect_timeout": 2},
+    }
+    if sentinel_password:
+        config["SENTINEL_KWARGS"]["password"] = sentinel_password
+    return config
 
 
 def validate_http_url(name: str, url: str) -> str:

@@ -10,6 +10,8 @@ from django.core.exceptions import ImproperlyConfigured
 from reliability_console.config import (
     Env,
     database_config,
+    redis_connection_config,
+    validate_database_pooler,
     validate_directory,
     validate_http_url,
     validate_networks,
@@ -88,7 +90,9 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": database_config(env.str("DATABASE_URL"), VAR_DIR)}
+# "transaction" when every connection goes through a transaction pooler (PgBouncer pool_mode = transaction).
+DATABASE_POOLER = validate_database_pooler(env.str("DATABASE_POOLER"))
+DATABASES = {"default": database_config(env.str("DATABASE_URL"), VAR_DIR, pooler=DATABASE_POOLER)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = env.str("LANGUAGE_CODE", "en")
@@ -108,17 +112,23 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # --- Redis and RQ -----------------------------------------------------------
 # Redis only delivers "run task X now"; the database is the source of truth.
 REDIS_URL = validate_redis_url(env.str("REDIS_URL", "redis://127.0.0.1:6379/0"))
+# Redis under Sentinel: the sentinels to ask (host:port,host:port) and the name they monitor.
+REDIS_SENTINELS = env.list("REDIS_SENTINELS", [])
+REDIS_SENTINEL_MASTER = env.str("REDIS_SENTINEL_MASTER")
 RELIABILITY_QUEUE = "default"  # rqworker with no arguments serves exactly this queue
 RQ_QUEUES = {
     RELIABILITY_QUEUE: {
-        "URL": REDIS_URL,
+        **redis_connection_config(
+            REDIS_URL,
+            sentinels=REDIS_SENTINELS,
+            master=REDIS_SENTINEL_MASTER,
+            sentinel_password=env.str("REDIS_SENTINEL_PASSWORD"),
+        ),
         # Never pickle: a job payload is data, not code.
         "SERIALIZER": "rq.serializers.JSONSerializer",
         # The engine enforces its own per-step timeouts; RQ's job timeout
         # would kill a healthy long pipeline between two steps.
         "DEFAULT_TIMEOUT": -1,
-        "SOCKET_TIMEOUT": 5,
-        "SOCKET_CONNECT_TIMEOUT": 2,
     },
 }
 RQ = {

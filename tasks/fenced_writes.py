@@ -2,7 +2,7 @@
 
 A step's outcome (task progress, checkpoint, attempt row, ledger rows) is
 small, and on PostgreSQL its cost is round trips and planning: BEGIN, one
-statement per row, COMMIT. Here it is one prepared statement::
+statement per row, COMMIT. Here it is one statement::
 
     WITH fenced AS (UPDATE tasks_task SET ... WHERE id = $1 AND (state = $2 AND fencing_token = $3) IS TRUE
                     RETURNING ...),
@@ -18,28 +18,39 @@ transaction. The guard is the one ``Task.save`` applies: the state the row
 was read or last saved in (ConcurrentTransitionMixin) and the fencing token
 it was read with. Other databases (SQLite for local use) take the ORM path.
 
-Each statement is prepared once per database session, so parsing and
-planning happen once too. A proxy that hands out another session between
-transactions (pgbouncer in transaction mode) loses them: ``_execute``
-prepares again when the server says so.
+On a direct connection each statement is prepared once per database
+session (SQL ``PREPARE``), so parsing and planning happen once too: that
+saves about a quarter of a step write. A prepared statement is session
+state, and a transaction pooler (PgBouncer in ``pool_mode = transaction``)
+hands each transaction whichever server session is free, where the name is
+missing or already taken. So with ``DATABASE_POOLER=transaction`` the same
+statement is sent with its parameters each time and nothing relies on the
+session. A process that meets a pooler it was not told about (a prepared
+name missing or taken) says so in its log and sends plain statements from
+then on; the write that met it fails as any bookkeeping error does, and the
+lease hands the task on (``tasks.attempts``).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import uuid
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, models, transaction
 from django.db.models.sql import UpdateQuery
 from django_fsm import ConcurrentTransition
 
 from tasks.exceptions import LeaseLost
 from tasks.models import Task
+
+logger = logging.getLogger(__name__)
 
 # Databases whose fenced writes take one statement; others take the ORM path (same outcome, more round trips).
 ONE_STATEMENT_VENDORS = frozenset({"postgresql"})
@@ -122,18 +133,17 @@ def _save_with_orm(task: Task, fields, rows, rows_ignoring_conflicts) -> None:
 @dataclass(frozen=True)
 class _Statement:
     name: str
-    sql: str  # with $n placeholders
-    returned: tuple[models.Field, ...]
+    prepare_sql: str  # PREPARE name AS ... ($n placeholders)
     execute_sql: str  # EXECUTE name(%s, ...)
+    plain_sql: str  # the statement itself, %s placeholders in the order of the parameters
+    returned: tuple[models.Field, ...]
 
 
-# One statement per shape of write (fields, literal expressions, row counts): a handful per process.
+# One statement text per shape of write (fields, literal expressions, row counts): a handful per process.
 @functools.lru_cache(maxsize=256)
 def _statement(fields, expressions, fenced: bool, row_shape, kept_shape) -> _Statement:
-    placeholders = iter(range(1, 10_000))
-
     def param(cast: str = "") -> str:
-        return f"CAST(${next(placeholders)} AS {cast})" if cast else f"${next(placeholders)}"
+        return f"CAST({_PARAMETER} AS {cast})" if cast else _PARAMETER
 
     table = Task._meta.db_table
     sets = []
@@ -169,45 +179,65 @@ def _statement(fields, expressions, fenced: bool, row_shape, kept_shape) -> _Sta
                 f"SELECT v.* FROM fenced CROSS JOIN (VALUES {values}) AS v{conflict})"
             )
     sql = f"WITH {', '.join(parts)} SELECT {returning} FROM fenced"
-    name = "rc_fenced_" + hashlib.sha1(sql.encode()).hexdigest()[:20]
-    arguments = ", ".join(["%s"] * (next(placeholders) - 1))
-    return _Statement(name, sql, tuple(returned), f"EXECUTE {name}({arguments})")
+    pieces = sql.split(_PARAMETER)
+    numbered = pieces[0] + "".join(f"${number}{piece}" for number, piece in enumerate(pieces[1:], start=1))
+    # An inlined literal's "%" would read as a placeholder in the plain form.
+    plain = "%s".join(piece.replace("%", "%%") for piece in pieces)
+    name = "rc_fenced_" + hashlib.sha1(numbered.encode()).hexdigest()[:20]
+    arguments = ", ".join(["%s"] * (len(pieces) - 1))
+    return _Statement(name, f"PREPARE {name} AS {numbered}", f"EXECUTE {name}({arguments})", plain, tuple(returned))
 
 
+# Stands for a parameter while a statement is built; no SQL text contains it.
+_PARAMETER = "\ue000"
 # The statements prepared on each server connection (a new connection starts with none).
 _prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# SQLSTATE of "prepared statement does not exist".
-UNKNOWN_STATEMENT = "26000"
+# SQLSTATEs of "prepared statement does not exist" and "... already exists": a pooler between us and the server.
+POOLER_SIGNS = frozenset({"26000", "42P05"})
+# Set once this process has met a pooler it was not told about.
+_pooler_seen = False
+
+
+def prepared_statements() -> bool:
+    """Whether fenced writes are prepared per session: only on a connection that is its own server session."""
+    return getattr(settings, "DATABASE_POOLER", "") != "transaction" and not _pooler_seen
 
 
 def _execute(db, statement: _Statement, params: list) -> tuple | None:
+    global _pooler_seen
     with db.cursor() as cursor:
+        if not prepared_statements():
+            cursor.execute(statement.plain_sql, params)
+            return cursor.fetchone()
         prepared = _prepared.setdefault(db.connection, set())
-        if statement.name not in prepared:
-            # Prepared statements outlive a rolled-back transaction, so the
-            # record holds even if this transaction fails later.
-            cursor.execute(f"PREPARE {statement.name} AS {statement.sql}")
-            prepared.add(statement.name)
         try:
+            if statement.name not in prepared:
+                cursor.execute(statement.prepare_sql)
+                # Prepared statements outlive a rolled-back transaction, so the
+                # record holds even if this transaction fails later.
+                prepared.add(statement.name)
             cursor.execute(statement.execute_sql, params)
         except DatabaseError as exc:
-            if getattr(exc.__cause__, "pgcode", None) != UNKNOWN_STATEMENT:
+            if getattr(exc.__cause__, "pgcode", None) not in POOLER_SIGNS:
                 raise
-            # The session lost its statements (DISCARD ALL, a pooler handing
-            # out another session): prepare again. Inside a transaction the
-            # error has aborted it, so only the caller's retry can help.
-            prepared.clear()
+            # The session's statements are not what this connection prepared:
+            # a pooler hands out server sessions per transaction (or someone
+            # ran DISCARD ALL). Stop relying on them for good.
+            _pooler_seen = True
+            _prepared.clear()
+            logger.warning(
+                "prepared statements lost between transactions: a transaction pooler? Sending plain statements",
+                extra={"event": "pooler_detected", "hint": "set DATABASE_POOLER=transaction"},
+            )
             if db.in_atomic_block:
-                raise
-            cursor.execute(f"PREPARE {statement.name} AS {statement.sql}")
-            prepared.add(statement.name)
-            cursor.execute(statement.execute_sql, params)
+                raise  # the error aborted the caller's transaction: only its retry can help
+            cursor.execute(statement.plain_sql, params)
         return cursor.fetchone()
 
 
 @functools.lru_cache(maxsize=64)
 def _compile(expression) -> str:
-    """An expression's SQL with its parameters inlined (a literal, prepared once with its statement)."""
+    """An expression's SQL with its parameters inlined (a literal: the statement's text is then fixed per shape)."""
     query = UpdateQuery(Task)
     compiler = query.get_compiler(connection=connection)
     sql, params = compiler.compile(expression.resolve_expression(query, allow_joins=False, for_save=True))

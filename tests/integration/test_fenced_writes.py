@@ -30,6 +30,12 @@ def _redis(clean_redis):
     return clean_redis
 
 
+@pytest.fixture(autouse=True)
+def _no_pooler_seen(monkeypatch):
+    """Each test starts as a process that has not met a transaction pooler."""
+    monkeypatch.setattr(fenced_writes, "_pooler_seen", False)
+
+
 @pytest.fixture(params=["postgresql", "portable"])
 def write_path(request, monkeypatch):
     """Each test runs on PostgreSQL's one-statement path and on the ORM path other databases take."""
@@ -173,16 +179,62 @@ def test_the_fenced_update_finds_the_task_by_its_primary_key():
     assert "Index Scan using tasks_task_pkey on tasks_task" in plan, plan
 
 
-def test_statements_are_prepared_again_when_the_session_lost_them():
+def test_a_session_that_lost_its_statements_turns_the_process_to_plain_statements(caplog):
+    # What a transaction pooler does to a prepared statement: the next
+    # transaction runs on a server session that does not have it.
     task = task_submit(pipeline="t_local", input={})
     claim = task_claim(task_id=str(task.pk), owner="w1")
     step_succeeded(claim=claim, record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE ALL")
 
-    step_succeeded(claim=claim, record=record(1, "local_b"), output={"b": 2}, used_keys={}, is_last=True)
+    with CaptureQueriesContext(connection) as queries:  # the same statement as the first step's
+        step_succeeded(claim=claim, record=record(1, "local_b"), output={"b": 2}, used_keys={}, is_last=False)
 
+    assert Checkpoint.objects.filter(task=task).count() == 2
+    assert [query["sql"].split()[0] for query in queries] == ["EXECUTE", "WITH"]
+    assert [record.event for record in caplog.records if hasattr(record, "event")].count("pooler_detected") == 1
+    assert not fenced_writes.prepared_statements()
+
+
+def test_a_name_another_session_already_prepared_is_not_an_error():
+    # Through a pooler, PREPARE may land on a server session where another
+    # client prepared the same statement ("already exists").
+    task = task_submit(pipeline="t_local", input={})
+    claim = task_claim(task_id=str(task.pk), owner="w1")
+    step_succeeded(claim=claim, record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
+    fenced_writes._prepared.clear()  # this connection forgets; the server session still has the names
+
+    step_succeeded(claim=claim, record=record(1, "local_b"), output={"b": 2}, used_keys={}, is_last=False)
+
+    assert Checkpoint.objects.filter(task=task).count() == 2
+    assert not fenced_writes.prepared_statements()
+
+
+@pytest.mark.parametrize("pooler", ["transaction", "none"])
+def test_behind_a_transaction_pooler_nothing_is_prepared(settings, pooler):
+    settings.DATABASE_POOLER = pooler
+    task = task_submit(pipeline="t_local", input={})
+    claim = task_claim(task_id=str(task.pk), owner="w1")
+
+    with CaptureQueriesContext(connection) as queries:
+        step_succeeded(claim=claim, record=record(0, "local_a"), output={"a": 1}, used_keys={}, is_last=False)
+        step_succeeded(claim=claim, record=record(1, "local_b"), output={"b": "100%"}, used_keys={}, is_last=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        prepared = cursor.fetchone()[0]
+
+    verbs = [query["sql"].split()[0] for query in queries]
+    if pooler == "transaction":
+        assert verbs == ["WITH", "WITH"] and prepared == 0
+    else:
+        # (statements an earlier test prepared on this connection are not prepared again)
+        assert [verb for verb in verbs if verb != "PREPARE"] == ["EXECUTE", "EXECUTE"] and prepared >= 2
     assert Task.objects.get(pk=task.pk).state == "succeeded"
+    assert dict(Checkpoint.objects.filter(task=task).values_list("step_index", "output")) == {
+        0: {"a": 1},
+        1: {"b": "100%"},
+    }
 
 
 def test_the_heartbeat_extends_the_lease_until_its_task_ends():

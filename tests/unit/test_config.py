@@ -5,7 +5,15 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from reliability_console.config import Env, database_config, redact_url, validate_http_url, validate_redis_url
+from reliability_console.config import (
+    Env,
+    database_config,
+    redact_url,
+    redis_connection_config,
+    validate_database_pooler,
+    validate_http_url,
+    validate_redis_url,
+)
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -38,6 +46,36 @@ def test_database_urls(tmp_path):
         database_config("mysql://x/y", tmp_path)
     with pytest.raises(ImproperlyConfigured, match="names no database"):
         database_config("postgresql://u@db:5432/", tmp_path)
+
+
+def test_a_transaction_pooler_turns_off_server_side_cursors(tmp_path):
+    url = "postgresql://u@pgbouncer:6432/app"
+    assert database_config(url, tmp_path).get("DISABLE_SERVER_SIDE_CURSORS", False) is False
+    assert database_config(url, tmp_path, pooler="transaction")["DISABLE_SERVER_SIDE_CURSORS"] is True
+    assert [validate_database_pooler(value) for value in ("", "none", "Session", "TRANSACTION")] == [
+        "none",
+        "none",
+        "none",
+        "transaction",
+    ]
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_POOLER='statement' must be one of"):
+        validate_database_pooler("statement")
+
+
+def test_redis_through_sentinel():
+    assert redis_connection_config("redis://h:6379/2", sentinels=[], master="") == {"URL": "redis://h:6379/2"}
+    config = redis_connection_config(
+        "redis://:pw@ignored:6379/3", sentinels=["10.0.0.1:26379", "[::1]:26380"], master="rc", sentinel_password="sp"
+    )
+    assert config["SENTINELS"] == [("10.0.0.1", 26379), ("::1", 26380)]
+    assert (config["MASTER_NAME"], config["DB"], config["PASSWORD"]) == ("rc", 3, "pw")
+    assert config["SENTINEL_KWARGS"]["password"] == "sp"
+    with pytest.raises(ImproperlyConfigured, match="REDIS_SENTINEL_MASTER"):
+        redis_connection_config("redis://h/0", sentinels=["h:26379"], master="")
+    with pytest.raises(ImproperlyConfigured, match="'h' is not host:port"):
+        redis_connection_config("redis://h/0", sentinels=["h"], master="rc")
+    with pytest.raises(ImproperlyConfigured, match="is not host:port"):
+        redis_connection_config("redis://h/0", sentinels=["h:99999"], master="rc")
 
 
 def test_url_validation_and_redaction():
