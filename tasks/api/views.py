@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Header, NinjaAPI, Path, Query
 from ninja.errors import AuthenticationError, HttpError
@@ -194,6 +195,19 @@ def on_http_error(request, exc: HttpError):
     if isinstance(exc.__cause__, ApiError):
         return on_api_error(request, exc.__cause__)
     return error_response(exc.status_code, "http_error", str(exc))
+
+
+def on_database_unavailable(request, exc):
+    # The database restarting or failing over: nothing was stored (a submission's
+    # key is released or goes stale), and the same request may be sent again.
+    logger.warning("database unavailable", extra={"event": "api_database_unavailable", "path": request.path})
+    response = error_response(503, "database_unavailable", "the database is unavailable; retry shortly")
+    response["Retry-After"] = "1"
+    return response
+
+
+api.add_exception_handler(OperationalError, on_database_unavailable)
+api.add_exception_handler(InterfaceError, on_database_unavailable)
 
 
 @api.exception_handler(Exception)

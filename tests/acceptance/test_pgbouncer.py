@@ -11,6 +11,7 @@ task, one idempotency key per effect on every attempt.
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from collections import Counter, defaultdict
 
@@ -97,3 +98,30 @@ def test_the_report_pipeline_keeps_every_promise_through_pgbouncer(
             assert not done["charge"], (task_id, done)
         else:
             assert done == Counter({kind: 1 for kind in EFFECT_KINDS}), (task_id, done)
+
+
+def test_the_api_answers_503_while_the_database_is_unreachable_and_recovers_by_itself(
+    pgbouncer, platform, start_api_server
+):
+    server = start_api_server(DATABASE_URL=pgbouncer.url(database_url()), DATABASE_POOLER="transaction")
+    _, token = api_client_create(name="outage")
+    body = {"pipeline": "report", "input": {"user_id": "u", "topic": "outage"}}
+    assert submit(server.url, token, body)
+
+    pgbouncer.stop()  # every connection of the web process is cut; no new one can be made
+    request = urllib.request.Request(
+        server.url + "/api/v1/tasks",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Idempotency-Key": "k-1"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 503
+    assert refused.value.headers["Retry-After"] == "1"
+    assert json.loads(refused.value.read())["error"]["code"] == "database_unavailable"
+
+    pgbouncer.start()
+    with urllib.request.urlopen(request, timeout=30) as response:  # the same request again, on fresh connections
+        created = json.loads(response.read())
+    assert Task.objects.filter(pk=created["id"]).exists()
