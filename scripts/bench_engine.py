@@ -10,6 +10,11 @@ Baselines, on the same Redis and PostgreSQL as the engine:
 The engine, with ``RELIABILITY_ENABLE_BENCH_PIPELINES=1`` against a dedicated, migrated database:
 ``bench_noop_1`` tasks/s and ``bench_noop_10`` steps/s, with 1 and 2 ``manage.py rqworker`` processes.
 
+How the database is reached, in rounds that alternate so the machine's drift hits each alike (10-step, 2
+workers): direct with prepared step writes (the default), direct with plain ones (``DATABASE_POOLER=
+transaction``: what dropping the prepared plan costs), and through a PgBouncer in transaction mode (plain
+step writes plus the pooler's hop). The medians are compared with the direct, prepared figure.
+
 Every drain is timed the same way: the jobs (or tasks, through ``task_submit``) are created first and held
 back (their Redis queue list is renamed away), the workers are started and registered, then the queue is
 renamed back (which wakes the blocked workers) and the clock runs until the last job finished (bare RQ:
@@ -25,6 +30,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import statistics
 import sys
 import time
 import uuid
@@ -54,6 +60,8 @@ from bench_processes import (
     wait_registered,
 )
 
+from chaos.topology import PgBouncer  # bench_processes put the repository root on sys.path
+
 DEFAULT_OUTPUT = BENCH_DIR / "engine.json"
 RQ_BASELINE_QUEUE = "bench_rq"
 RAW_TABLE = "bench_raw_commits"
@@ -67,6 +75,12 @@ OPTIONS = (
     Option("one_step_tasks", type=positive_int, default=2000, help="bench_noop_1 tasks per run"),
     Option("ten_step_tasks", type=positive_int, default=1000, help="bench_noop_10 tasks per run"),
     Option("raw_rows", type=positive_int, default=10000, help="raw commits per client (default 10000)"),
+    Option(
+        "connection_rounds",
+        type=positive_int,
+        default=3,
+        help="rounds of 10-step runs direct (prepared, plain) and through PgBouncer",
+    ),
     Option("database", default="rc_bench_engine", help="the engine's bench database"),
     Option("raw_database", default="rc_bench_raw", help="the raw commits' database"),
     REDIS_URL_OPTION,
@@ -200,9 +214,11 @@ def bench_raw_commits(url: str, processes: int, rows: int) -> float:
 # --- The engine ------------------------------------------------------------------------------------------------
 
 
-def bench_engine(url: str, redis_url: str, pipeline: str, processes: int, tasks: int, log_dir: Path) -> float:
-    """Tasks/s of ``pipeline`` run by ``processes`` ``manage.py rqworker`` processes."""
-    env = project_env(url, redis_url)
+def bench_engine(
+    url: str, redis_url: str, pipeline: str, processes: int, tasks: int, log_dir: Path, **settings: str
+) -> float:
+    """Tasks/s of ``pipeline`` run by ``processes`` ``manage.py rqworker`` processes with ``settings`` in their env."""
+    env = project_env(url, redis_url, **settings)
     connection = redis_connection(redis_url)
     connection.flushdb()
     batch = uuid.uuid4().hex
@@ -227,6 +243,30 @@ def bench_engine(url: str, redis_url: str, pipeline: str, processes: int, tasks:
         connection.close()
 
 
+# Ways to reach the database, compared in alternating rounds: (figure name, through PgBouncer, settings).
+CONNECTION_VARIANTS = (
+    ("engine_10step_2w_prepared", False, {}),
+    ("engine_10step_2w_plain", False, {"DATABASE_POOLER": "transaction"}),
+    ("engine_10step_2w_pgbouncer", True, {"DATABASE_POOLER": "transaction"}),
+)
+
+
+def bench_connections(url: str, redis_url: str, tasks: int, rounds: int, log_dir: Path) -> dict[str, float]:
+    """Median 10-step steps/s with 2 workers for each of ``CONNECTION_VARIANTS``, in ``rounds`` alternating rounds."""
+    bouncer = PgBouncer(log_dir, url, pool_mode="transaction", pool_size=10)
+    bouncer.start()
+    samples: dict[str, list[float]] = {name: [] for name, _, _ in CONNECTION_VARIANTS}
+    try:
+        for _ in range(rounds):
+            for name, pooled, settings in CONNECTION_VARIANTS:
+                target = bouncer.url(url) if pooled else url
+                steps = bench_engine(target, redis_url, "bench_noop_10", 2, tasks, log_dir, **settings) * 10
+                samples[name].append(steps)
+    finally:
+        bouncer.stop()
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 # --- The whole part ----------------------------------------------------------------------------------------------
 
 FLOOR_ONE_STEP = "engine: 1-step tasks/s, 2 workers >= bare RQ forking worker jobs/s, 2 workers"
@@ -240,6 +280,7 @@ def run(
     one_step_tasks: int = 1000,
     ten_step_tasks: int = 300,
     raw_rows: int = 3000,
+    connection_rounds: int = 3,
     worker_counts: tuple[int, ...] = (1, 2),
     database: str = "rc_bench_engine",
     raw_database: str = "rc_bench_raw",
@@ -283,6 +324,9 @@ def run(
             figure(f"engine_1step_{count}w", tasks_per_second, "tasks/s")
             tasks_per_second = bench_engine(engine_url, redis_url, "bench_noop_10", count, ten_step_tasks, log_dir)
             figure(f"engine_10step_{count}w", tasks_per_second * 10, "steps/s")
+        progress(f"bench: reaching the database directly and through PgBouncer, {connection_rounds} rounds")
+        for name, value in bench_connections(engine_url, redis_url, ten_step_tasks, connection_rounds, log_dir).items():
+            figure(name, value, "steps/s")
     finally:
         if not keep:
             drop_database(server_url, database)
@@ -294,6 +338,11 @@ def run(
         rows.append(
             _row(figures, f"engine_10step_{count}w", f"raw_commits_{count}c", f"10-step steps, {count} worker(s)")
         )
+    for name, label in (
+        ("engine_10step_2w_plain", "10-step, plain statements"),
+        ("engine_10step_2w_pgbouncer", "10-step, through PgBouncer"),
+    ):
+        rows.append(_row(figures, name, "engine_10step_2w_prepared", label))
     one_step, forking = figures["engine_1step_2w"]["value"], figures["rq_forking_2w"]["value"]
     ten_steps, raw = figures["engine_10step_2w"]["value"], figures["raw_commits_2c"]["value"]
     floors = [
@@ -310,6 +359,7 @@ def run(
             "one_step_tasks": one_step_tasks,
             "ten_step_tasks": ten_step_tasks,
             "raw_rows": raw_rows,
+            "connection_rounds": connection_rounds,
         },
         "seconds": round(time.monotonic() - started, 1),
         "environment": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
@@ -346,11 +396,11 @@ def format_table(results: dict) -> str:
     for name, figure in figures.items():
         if not name.startswith("engine.engine_"):
             lines.append(f"  {name.removeprefix('engine.'):<26} {figure['value']:>10,.1f} {figure['unit']}")
-    header = f"{'engine':<30} {'value':>10} {'unit':<8} {'baseline':<18} {'baseline':>10} {'unit':<7} {'ratio':>6}"
+    header = f"{'engine':<30} {'value':>10} {'unit':<8} {'baseline':<26} {'baseline':>10} {'unit':<7} {'ratio':>6}"
     lines += ["", header, "-" * len(header)]
     for row in results["rows"]:
         lines.append(
-            f"{row['label']:<30} {row['value']:>10,.1f} {row['unit']:<8} {row['baseline']:<18} "
+            f"{row['label']:<30} {row['value']:>10,.1f} {row['unit']:<8} {row['baseline']:<26} "
             f"{row['baseline_value']:>10,.1f} {row['baseline_unit']:<7} {row['ratio']:>6.2f}"
         )
     lines += ["", "floors (reported, not enforced):"]
