@@ -40,6 +40,11 @@ class ReliabilityWorker(SimpleWorker):
     the worker; this class ignores it so no job is ever unpickled.
     """
 
+    # RQ waits 1, 2, 4 … up to 60 s between attempts to reach a Redis that went
+    # away; after a restart or a Sentinel failover (seconds) that would idle a
+    # worker for up to a minute. The database holds the work, so retry often.
+    max_connection_wait_time = 5.0
+
     def __init__(self, *args, **kwargs) -> None:
         kwargs["serializer"] = JSONSerializer
         kwargs.setdefault("job_class", ReliabilityJob)
