@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import ProgrammingError, connection
 from django.utils import timezone
 
 from dlq.models import DLQItem, DLQStatus
@@ -292,3 +292,53 @@ def test_the_sweeper_loop_runs_an_interval_chore_when_it_is_due(monkeypatch):
         thread.join(timeout=10)
     assert not thread.is_alive()
     assert "t_counted" not in sweep_once().chores  # interval chores never run in a plain sweep
+
+
+@pytest.fixture
+def checkpoint_write_fails_once():
+    """The next checkpoint is refused once with a ProgrammingError (counted by a sequence: never rolled back)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            CREATE SEQUENCE test_refusals;
+            CREATE FUNCTION test_refuse_checkpoint() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF nextval('test_refusals') = 1 THEN
+                    RAISE EXCEPTION 'permission denied for table tasks_checkpoint' USING ERRCODE = '42501';
+                END IF;
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER test_refuse_checkpoint BEFORE INSERT ON tasks_checkpoint
+                FOR EACH ROW EXECUTE FUNCTION test_refuse_checkpoint();
+            """
+        )
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DROP TRIGGER test_refuse_checkpoint ON tasks_checkpoint; DROP FUNCTION test_refuse_checkpoint();"
+            "DROP SEQUENCE test_refusals;"
+        )
+
+
+@pytest.mark.parametrize("write_path", ["prepared", "plain"])
+def test_a_failed_checkpoint_write_is_not_the_steps_failure_and_the_lease_resumes_it(
+    write_path, checkpoint_write_fails_once, settings
+):
+    # The step's effect happened at the far side; only the engine's own write failed.
+    settings.DATABASE_POOLER = "transaction" if write_path == "plain" else "none"
+    task = task_submit(pipeline="t_local", input={})
+
+    with pytest.raises(ProgrammingError, match="permission denied"):
+        task_run(task_id=str(task.pk), worker="w1")
+
+    task.refresh_from_db()
+    assert (task.state, task.current_step, task.lease_owner) == ("running", 0, "w1")
+    assert not StepAttempt.objects.filter(task=task).exists()  # no failed attempt recorded: not a step failure
+    assert not DLQItem.objects.filter(task=task).exists()
+    # The lease runs out, the sweeper re-queues, the step runs again with the same key and the task finishes.
+    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert sweep_once().requeued == 1
+    assert task_run(task_id=str(task.pk), worker="w2") == "succeeded"
+    task.refresh_from_db()
+    assert not StepAttempt.objects.filter(task=task, kind=AttemptKind.COMPENSATION).exists()
+    assert Checkpoint.objects.get(task=task, step_index=0).output == {"a": f"rc-{task.pk}-g0-local_a-a"}
