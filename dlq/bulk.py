@@ -19,7 +19,6 @@ import logging
 import time
 from datetime import timedelta
 
-import django_rq
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -32,6 +31,7 @@ from redis.exceptions import RedisError
 from dlq.actions import ACTIONS, ActionDenied, ActionRefused, ReasonRequired, dlq_item_act
 from dlq.audit import audit_denied, audit_record
 from dlq.models import AuditOutcome, BulkOperation, BulkStatus, ResolutionCode
+from tasks.delivery import get_queue
 from tasks.exceptions import ReliabilityError
 
 logger = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ def bulk_operation_control(*, actor, operation_id: int, command: str, client_ip:
 
 
 def bulk_operation_deliver(*, operation_id: int, delay: float = 0.0) -> bool:
-    queue = django_rq.get_queue(settings.RELIABILITY_QUEUE)
+    queue = get_queue()
     try:
         if delay > 0:
             queue.enqueue_in(timedelta(seconds=delay), RUN_BULK_ENTRY_POINT, operation_id, result_ttl=0, job_timeout=-1)

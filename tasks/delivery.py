@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 import django_rq
 from django.conf import settings
 from django.db import transaction
+from django_rq.connection_utils import filter_connection_params
+from redis import Redis
 from redis.exceptions import RedisError
 
 logger = logging.getLogger(__name__)
@@ -30,8 +32,26 @@ def job_id(task_id, fencing_token: int) -> str:
     return f"task-{task_id}-d{fencing_token}"
 
 
+# One Redis client per connection setting and process. django-rq builds a new
+# client (and a new TCP connection, and under Sentinel a new discovery of the
+# primary) on every get_queue(); the client's pool reconnects by itself, and
+# under Sentinel asks for the new primary after a failover.
+_clients: dict[str, Redis] = {}
+
+
+def redis_client() -> Redis:
+    """The process's client of the engine's Redis (as configured in ``RQ_QUEUES``, directly or through Sentinel)."""
+    config = settings.RQ_QUEUES[settings.RELIABILITY_QUEUE]
+    key = repr(sorted(filter_connection_params(config).items()))
+    client = _clients.get(key)
+    if client is None:
+        client = _clients.setdefault(key, django_rq.get_connection(settings.RELIABILITY_QUEUE))
+    return client
+
+
 def get_queue():
-    return django_rq.get_queue(settings.RELIABILITY_QUEUE)
+    """The engine's RQ queue, on the process's Redis client."""
+    return django_rq.get_queue(settings.RELIABILITY_QUEUE, connection=redis_client())
 
 
 def deliver_now(task_id, fencing_token: int) -> bool:
