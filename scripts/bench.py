@@ -1,4 +1,4 @@
-"""`make bench`: the engine, API, memory, recovery and console parts, one after the other.
+"""`make bench`: the engine, API, memory, recovery, backlog and console parts, one after the other.
 
 - engine (scripts/bench_engine.py): throughput against bare RQ and raw PostgreSQL commits;
 - API (scripts/bench_api.py): ``POST /api/v1/tasks`` requests/s and p50 / p99 latency through gunicorn, without
@@ -6,16 +6,19 @@
 - memory (scripts/bench_memory.py): a worker's RSS and peak RSS while it drains 10,000 tasks;
 - recovery (scripts/bench_recovery.py): from SIGKILL of a worker in mid-step to the step's next attempt starting
   in another worker, with the default and with a short lease;
+- backlog (scripts/bench_backlog.py): one sweep's time with no task and with 100,000 tasks queued, one job lost;
 - console (scripts/bench_console.py): the operator pages on millions of rows.
 
 Prints every table and writes ``var/bench/latest.json``:
 ``{"floors": [{"name", "value", "floor", "holds"}], "figures": {name: {"value", "unit"}}}`` with the figures
 of all parts run. Floors are reported, never enforced: the exit status is non-zero only when a part crashed.
-``--skip-engine``, ``--skip-api``, ``--skip-memory``, ``--skip-recovery`` and ``--skip-console`` leave a part out.
+``--skip-engine``, ``--skip-api``, ``--skip-memory``, ``--skip-recovery``, ``--skip-backlog`` and ``--skip-console``
+leave a part out.
 
 The console part's own options (``--tasks``, ``--dlq-items``, ``--database``, ``--requests``, ``--redis-url``)
 pass through unchanged; each other part's are the same as its script's with a prefix: ``--engine-jobs``,
-``--api-requests``, ``--memory-tasks``, ``--recovery-samples``, ... ``--keep`` and ``--server-url`` apply to all.
+``--api-requests``, ``--memory-tasks``, ``--recovery-samples``, ``--backlog-tasks``, ... ``--keep`` and
+``--server-url`` apply to all.
 Example: ``make bench BENCH_ARGS="--skip-console --skip-engine --recovery-settings short"``.
 """
 
@@ -28,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_api
+import bench_backlog
 import bench_console
 import bench_engine
 import bench_memory
@@ -42,6 +46,7 @@ PARTS = (
     (bench_api.PART, "api-"),
     (bench_memory.PART, "memory-"),
     (bench_recovery.PART, "recovery-"),
+    (bench_backlog.PART, "backlog-"),
     (bench_console.PART, ""),
 )
 

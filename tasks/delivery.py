@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 import django_rq
 from django.conf import settings
@@ -16,6 +18,10 @@ from django.db import transaction
 from django_rq.connection_utils import filter_connection_params
 from redis import Redis
 from redis.exceptions import RedisError
+from rq.job import JobStatus
+
+if TYPE_CHECKING:
+    from rq import Queue
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +31,8 @@ RUN_TASK_ENTRY_POINT = "tasks.jobs.run_task"
 # kept for a day so an operator can still see one in django-rq's pages.
 JOB_RESULT_TTL = 0
 JOB_FAILURE_TTL = 86400
+# The statuses of a job RQ will still run: waiting in the queue, in the scheduler, or behind a dependency.
+PENDING_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED})
 
 
 def job_id(task_id, fencing_token: int) -> str:
@@ -105,32 +113,71 @@ def deliver_on_commit(task_id, fencing_token: int, when: datetime | None = None)
 
 def delivery_pending(task_id, fencing_token: int) -> bool | None:
     """Whether Redis still holds a live job for this delivery (None when Redis is unreachable)."""
-    from rq.exceptions import NoSuchJobError
-    from rq.job import Job, JobStatus
+    lost = deliveries_lost([(task_id, fencing_token)])
+    return None if lost is None else not lost
 
-    queue = get_queue()
+
+def deliveries_lost(
+    deliveries: Sequence[tuple[Any, int]], *, queue: Queue | None = None
+) -> list[tuple[Any, int]] | None:
+    """Those of ``deliveries`` (task id, fencing token) that no job in Redis will run, in their order.
+
+    None when Redis is unreachable. A job will run while RQ holds it waiting:
+    queued (and not stuck in the intermediate list of a dead worker, see
+    ``_LOST_JOBS``), scheduled or deferred. One whose hash is gone or
+    incomplete (RQ's ``Job.fetch`` refuses a hash without its payload) or
+    that started, finished, failed, stopped or was cancelled will not. One
+    round trip for all the deliveries, answered by a script in Redis. A
+    caller that asks many times may pass the ``queue`` it holds.
+    """
+    queue = queue or get_queue()
+    keys = [queue.job_class.key_for(job_id(task_id, fencing_token)) for task_id, fencing_token in deliveries]
     try:
-        job = Job.fetch(job_id(task_id, fencing_token), connection=queue.connection, serializer=queue.serializer)
-        status = job.get_status(refresh=False)
-        if status == JobStatus.QUEUED and _taken_out_by_dead_worker(queue, job.id):
-            return False
-    except NoSuchJobError:
-        return False
+        lost_jobs = queue.connection.register_script(_LOST_JOBS)
+        positions = lost_jobs(
+            keys=[queue.intermediate_queue_key, *keys],
+            args=[
+                queue.job_class.redis_job_namespace_prefix,
+                JobStatus.QUEUED.value,
+                *(status.value for status in PENDING_STATUSES),
+            ],
+        )
     except RedisError:
         return None
-    return status in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
+    return [deliveries[position - 1] for position in positions]
 
 
-def _taken_out_by_dead_worker(queue, job_id: str) -> bool:
-    """A queued job in RQ's intermediate list was taken by a worker that never started it.
-
-    A worker moves a job from the queue to the intermediate list as it
-    dequeues, and off it a moment later as it starts. One killed in between
-    leaves the job there with status "queued" and in no list a worker reads;
-    RQ's own clean-up fails it only after 10 minutes or more. The caller
-    asks once the task has waited its grace period, so such a job is lost:
-    it is taken off the list (RQ's clean-up would later fail the
-    re-delivery, which reuses the job id) and delivered again. Should its
-    worker only have been paused, two deliveries meet one conditional claim.
-    """
-    return bool(queue.connection.lrem(queue.intermediate_queue_key, 0, job_id))
+# KEYS[1]: the queue's intermediate list; KEYS[2..]: job hashes. ARGV[1]: the
+# job key prefix; ARGV[2]: "queued"; ARGV[3..]: PENDING_STATUSES. Returns the
+# positions (1 for KEYS[2]) of the jobs that will not run.
+#
+# A worker moves a job from the queue to the intermediate list as it
+# dequeues, and off it a moment later as it starts. One killed in between
+# leaves the job there with status "queued" and in no list a worker reads;
+# RQ's own clean-up fails it only after 10 minutes or more. The caller asks
+# once the task has waited its grace period, so such a job is lost: it is
+# taken off the list (RQ's clean-up would later fail the re-delivery, which
+# reuses the job id) and delivered again. Should its worker only have been
+# paused, two deliveries meet one conditional claim. A script runs alone, so
+# no worker moves a job between the read of the list and the removal.
+_LOST_JOBS = """
+local pending = {}
+for i = 3, #ARGV do pending[ARGV[i]] = true end
+local taken = {}
+for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do taken[id] = true end
+local any_taken = next(taken) ~= nil
+local lost = {}
+for i = 2, #KEYS do
+    local job = redis.call('HMGET', KEYS[i], 'status', 'data')
+    if not job[2] or not pending[job[1]] then
+        lost[#lost + 1] = i - 1
+    elseif any_taken and job[1] == ARGV[2] then
+        local id = string.sub(KEYS[i], #ARGV[1] + 1)
+        if taken[id] then
+            redis.call('LREM', KEYS[1], 0, id)
+            lost[#lost + 1] = i - 1
+        end
+    end
+end
+return lost
+"""

@@ -3,9 +3,11 @@
 It hands tasks whose lease expired to ``tasks.outcomes.lease_expired``
 (re-queue, or fail a crash loop), starts due retries even without an RQ
 scheduler, re-delivers QUEUED tasks whose job was never enqueued or was
-lost, and purges expired idempotency records. Running several sweepers at
-once is safe: each task is handled under a row lock taken with SKIP LOCKED,
-and every change is a conditional transition.
+lost, and purges expired idempotency records. Each of the three hands on
+at most ``BATCH_SIZE`` tasks a sweep, oldest first, so however deep the
+backlog, no task waits behind newer ones. Running several sweepers at once
+is safe: each task is handled under a row lock taken with SKIP LOCKED, and
+every change is a conditional transition.
 
 Other apps add their own periodic work as *chores* (``chore_register``):
 the engine runs them without knowing what they are. A chore without an
@@ -15,23 +17,27 @@ loop at most that often.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
-from django.db.models import F, Q
-from django.db.models.functions import Now
+from django.db import close_old_connections, models, transaction
+from django.db.models import F, Func, Q, QuerySet, Value
+from django.db.models.functions import Cast, Now
+from django.db.models.lookups import GreaterThan
 from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
-from tasks.delivery import deliver_on_commit, delivery_pending
+from tasks.delivery import deliver_on_commit, deliveries_lost, get_queue
 from tasks.exceptions import LeaseLost
 from tasks.idempotency import idempotency_purge_expired
 from tasks.models import LEASED_STATES, SweeperHeartbeat, Task, TaskState
@@ -39,7 +45,15 @@ from tasks.outcomes import LeaseExpiry, lease_expired
 
 logger = logging.getLogger(__name__)
 
+# Tasks handed on per sweep by each kind of work (expired leases, due retries,
+# lost deliveries), oldest first. A task handed on leaves its set, so a deep
+# set drains in order and no task waits behind newer ones.
 BATCH_SIZE = 200
+# Waiting tasks read from the database per query (fewer, larger pages cost
+# less per row) and checked against Redis per round trip (a check blocks
+# Redis while it runs: about 5 ms for 1,000 jobs).
+WAITING_PAGE_SIZE = 5000
+DELIVERY_CHECK_SIZE = 1000
 # A retry the RQ scheduler should have started this long ago is started by the sweeper.
 DUE_RETRY_GRACE = timedelta(seconds=1)
 
@@ -129,7 +143,7 @@ def _lock(queryset, pk):
 
 def _expired_leases(report: SweepReport) -> None:
     expired = Task.objects.filter(state__in=LEASED_STATES, lease_expires_at__lt=Now())
-    for pk in list(expired.values_list("pk", flat=True)[:BATCH_SIZE]):
+    for pk in list(expired.order_by("lease_expires_at", "pk").values_list("pk", flat=True)[:BATCH_SIZE]):
         try:
             with transaction.atomic():
                 task = _lock(expired, pk)
@@ -145,7 +159,7 @@ def _due_retries(report: SweepReport) -> None:
     due = Task.objects.filter(state=TaskState.RETRY_SCHEDULED).filter(
         Q(retry_at__lte=Now() - DUE_RETRY_GRACE) | Q(deadline__lte=Now())
     )
-    for pk in list(due.values_list("pk", flat=True)[:BATCH_SIZE]):
+    for pk in list(due.order_by("retry_at", "pk").values_list("pk", flat=True)[:BATCH_SIZE]):
         try:
             with transaction.atomic():
                 task = _lock(due, pk)
@@ -160,18 +174,25 @@ def _due_retries(report: SweepReport) -> None:
 
 
 def _lost_deliveries(report: SweepReport) -> None:
-    grace = timedelta(seconds=settings.RELIABILITY_REDELIVERY_GRACE_SECONDS)
-    waiting = Task.objects.filter(
-        Q(state=TaskState.QUEUED) | Q(state=TaskState.COMPENSATING, lease_owner=""),
-        updated_at__lte=Now() - grace,
-    )
-    for pk, token in list(waiting.values_list("pk", "fencing_token")[:BATCH_SIZE]):
-        pending = delivery_pending(pk, token)
-        if pending is None:
+    # A waiting task whose job is still in Redis stays waiting, so a bounded
+    # batch of candidates would look at the same tasks every sweep and never
+    # reach the rest of a deep backlog. Instead every waiting task past its
+    # grace is checked on every sweep, oldest first (keyset pages of the
+    # index, one Redis round trip per DELIVERY_CHECK_SIZE jobs), until a
+    # batch of lost ones is found: the oldest lost deliveries go first, and
+    # one lost among 100,000 waiting is delivered again by the next sweep.
+    lost: list[tuple] = []
+    queue = get_queue()
+    for page in _pages(_waiting_oldest_first(), DELIVERY_CHECK_SIZE):
+        found = deliveries_lost([(pk, token) for _, pk, token in page], queue=queue)
+        if found is None:
             report.redis_unavailable = True
             return
-        if pending:
-            continue
+        lost += found
+        if len(lost) >= BATCH_SIZE:
+            break
+    waiting = _waiting()
+    for pk, token in lost[:BATCH_SIZE]:
         with transaction.atomic():
             task = _lock(waiting, pk)
             if task is None or task.fencing_token != token:
@@ -180,6 +201,65 @@ def _lost_deliveries(report: SweepReport) -> None:
             Task.objects.filter(pk=pk).update(updated_at=timezone.now())
             deliver_on_commit(task.pk, token)
             report.redelivered += 1
+
+
+def _waiting() -> QuerySet:
+    """Tasks waiting for a worker longer than the grace: QUEUED, or COMPENSATING without a lease."""
+    grace = timedelta(seconds=settings.RELIABILITY_REDELIVERY_GRACE_SECONDS)
+    return Task.objects.filter(
+        Q(state=TaskState.QUEUED) | Q(state=TaskState.COMPENSATING, lease_owner=""),
+        updated_at__lte=Now() - grace,
+    )
+
+
+def _waiting_oldest_first() -> Iterator[tuple[datetime, str, int]]:
+    """(updated_at, task id, fencing token) of every waiting task, oldest first."""
+    # One keyset walk per state, each an ordered range of task_state_updated_id_idx, merged.
+    waiting = _waiting()
+    return heapq.merge(
+        _oldest_first(waiting.filter(state=TaskState.QUEUED)),
+        _oldest_first(waiting.filter(state=TaskState.COMPENSATING)),
+    )
+
+
+def _oldest_first(tasks: QuerySet) -> Iterator[tuple[datetime, str, int]]:
+    """(updated_at, task id, fencing token) of ``tasks``, oldest first, read by keyset pagination.
+
+    Each page is a query of its own that starts after the last row read, so
+    a page costs the same at any depth, ties on ``updated_at`` included (a
+    set-based write gives many rows one time), and no cursor or other
+    session state outlives a query (behind PgBouncer in transaction mode
+    the next query may run in another server session).
+    """
+    # The id as text: only a job id is made of it, and parsing 100,000 UUIDs
+    # a sweep would cost more than reading the rows.
+    rows = tasks.order_by("updated_at", "pk").values_list("updated_at", Cast("pk", models.TextField()), "fencing_token")
+    after = None
+    while True:
+        page = rows if after is None else rows.filter(GreaterThan(_Row(F("updated_at"), F("pk")), _Row(*after)))
+        page = [(updated_at, _uuid_text(pk), token) for updated_at, pk, token in page[:WAITING_PAGE_SIZE]]
+        yield from page
+        if len(page) < WAITING_PAGE_SIZE:
+            return
+        updated_at, pk, _ = page[-1]
+        after = (Value(updated_at, output_field=models.DateTimeField()), Value(pk, output_field=models.UUIDField()))
+
+
+class _Row(Func):
+    """A row value ``(a, b)``: compared whole, it starts a keyset page inside an index range."""
+
+    function = ""
+    output_field = models.Field()
+
+
+def _uuid_text(value: str) -> str:
+    # PostgreSQL prints a uuid as str(UUID) does, SQLite stores Django's 32 hex digits.
+    return value if len(value) == 36 else str(uuid.UUID(value))
+
+
+def _pages(rows: Iterator[tuple], size: int) -> Iterator[list[tuple]]:
+    while page := list(itertools.islice(rows, size)):
+        yield page
 
 
 def sweeper_heartbeat(*, name: str) -> None:

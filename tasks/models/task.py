@@ -99,7 +99,8 @@ class Task(ConcurrentTransitionMixin, models.Model):
             models.Index(fields=["client", "-created_at", "-id"], name="task_client_created_idx"),
             models.Index(fields=["state", "lease_expires_at"], name="task_state_lease_idx"),
             models.Index(fields=["state", "retry_at"], name="task_state_retry_idx"),
-            models.Index(fields=["state", "updated_at"], name="task_state_updated_idx"),
+            # The sweeper walks waiting tasks oldest first by keyset on (updated_at, id) (tasks.sweeper).
+            models.Index(fields=["state", "updated_at", "id"], name="task_state_updated_id_idx"),
             models.Index(fields=["pipeline", "-created_at"], name="task_pipeline_created_idx"),
             models.Index(fields=["-created_at"], name="task_created_idx"),
         ]
