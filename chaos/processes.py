@@ -28,9 +28,19 @@ class DeploymentError(RuntimeError):
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports (each socket stays bound until all are picked, so none repeats)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
@@ -59,15 +69,26 @@ def manage_argv(*args: str) -> list[str]:
 class Child:
     """One child process with its log file."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, *, unique_log=False) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        log_dir: Path,
+        *,
+        unique_log: bool = False,
+        user: str | None = None,
+    ) -> None:
         self.name = name
         log_dir.mkdir(parents=True, exist_ok=True)
         # Unique names when many runs share one log folder (the test suite's).
         suffix = f"-{os.getpid()}-{time.monotonic_ns()}" if unique_log else ""
         self.log_path = log_dir / f"{name}{suffix}.log"
         self._log = open(self.log_path, "ab")
+        # ``user``: run as that system user (and its group only), for servers that refuse to run as root.
+        as_user = {"user": user, "group": user, "extra_groups": []} if user else {}
         self.process = subprocess.Popen(
-            argv, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, process_group=0
+            argv, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, process_group=0, **as_user
         )
 
     @property
@@ -122,6 +143,13 @@ class PrivateRedis:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def env(self) -> dict[str, str]:
+        """The settings that point a process of the deployment at this Redis (and at no Sentinel)."""
+        return {"REDIS_URL": self.url, "REDIS_SENTINELS": "", "REDIS_SENTINEL_MASTER": ""}
+
+    def describe(self) -> str:
+        return f"redis-server on port {self.port}"
 
     def start(self) -> None:
         argv = redis_server_argv(self.port, str(self.directory))
