@@ -29,6 +29,7 @@ from chaos.processes import (
     wait_until,
 )
 from chaos.topology import PgBouncer, PostgresCluster, SentinelRedis
+from reliability_console.config import redact_url as redact
 
 # gunicorn for the campaign's clients: 2 processes with threads, as the README suggests for 2 cores.
 WEB_PROCESSES = 2
@@ -73,7 +74,7 @@ class Deployment:
         self.run_dir = run_dir
         self.log_dir = run_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.cluster = PostgresCluster(run_dir / "postgres", self.log_dir) if settings.own_cluster else None
+        self.cluster = PostgresCluster(self.log_dir) if settings.own_cluster else None
         # The server as the campaign administers it (create, drop the database): never through the pooler.
         self.server_url = self.cluster.url if self.cluster else settings.server_url or DEFAULT_SERVER_URL
         self.pgbouncer = (
@@ -96,8 +97,10 @@ class Deployment:
 
     def topology(self) -> dict[str, str]:
         """What ran, for the record and the report."""
+        cluster = self.cluster
+        server = f"own cluster on port {cluster.port} in {cluster.directory}" if cluster else redact(self.server_url)
         return {
-            "postgresql": f"own cluster on port {self.cluster.port}" if self.cluster else self.server_url,
+            "postgresql": server,
             "pooler": f"pgbouncer, transaction mode, pool size {PGBOUNCER_POOL_SIZE}" if self.pgbouncer else "none",
             "redis": "sentinel: a primary, 1 replica, 3 sentinels" if self.settings.sentinel else "one redis-server",
         }
@@ -192,6 +195,8 @@ class Deployment:
     # -- stop -------------------------------------------------------------------------------------------------------
 
     def stop_workers(self) -> None:
+        if self.sweeper is not None:
+            self.sweeper.terminate()  # stops while the workers do
         if self.pool is not None:
             self.pool.stop()
         if self.sweeper is not None:

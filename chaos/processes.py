@@ -23,6 +23,10 @@ from reliability_console.local_redis import redis_server_argv
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# How long a process may take to stop after SIGTERM before it is killed.
+STOP_GRACE_SECONDS = 15.0
+
+
 class DeploymentError(RuntimeError):
     """A part of the deployment did not start or answer in time."""
 
@@ -85,6 +89,7 @@ class Child:
         suffix = f"-{os.getpid()}-{time.monotonic_ns()}" if unique_log else ""
         self.log_path = log_dir / f"{name}{suffix}.log"
         self._log = open(self.log_path, "ab")
+        self._terminated = False
         # ``user``: run as that system user (and its group only), for servers that refuse to run as root.
         as_user = {"user": user, "group": user, "extra_groups": []} if user else {}
         self.process = subprocess.Popen(
@@ -105,11 +110,17 @@ class Child:
     def kill(self, sig: int = signals.SIGKILL) -> None:
         self.signal(sig)
 
-    def stop(self, timeout: float = 15.0) -> None:
-        if self.alive():
+    def terminate(self) -> None:
+        """Ask the process to stop (SIGTERM), once; ``stop()`` waits for it."""
+        if self.alive() and not self._terminated:
+            self._terminated = True
             # A stopped process cannot act on SIGTERM until it is continued.
             self.signal(signals.SIGCONT)
             self.process.terminate()
+
+    def stop(self, timeout: float = STOP_GRACE_SECONDS) -> None:
+        if self.alive():
+            self.terminate()
             try:
                 self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -230,8 +241,12 @@ class WorkerPool:
             self._watcher.join(timeout=5)
         with self._lock:
             children = self.workers + self.retired
+        # All at once, then wait with one grace period for all: a worker may take all of it to stop.
         for child in children:
-            child.stop()
+            child.terminate()
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for child in children:
+            child.stop(timeout=max(0.1, deadline - time.monotonic()))
 
     def logs(self) -> str:
         return "\n".join(f"--- {w.log_path.name}\n{w.tail(4000)}" for w in self.workers + self.retired)

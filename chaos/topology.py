@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -349,11 +350,15 @@ def postgres_options(port: int, *, max_connections: int = PG_MAX_CONNECTIONS) ->
 
 
 class PostgresCluster:
-    """A PostgreSQL cluster of the caller's own in ``directory``, on a free port, trust auth, user postgres."""
+    """A PostgreSQL cluster of the caller's own, on a free port, trust auth, user postgres.
 
-    def __init__(self, directory: Path, log_dir: Path, *, max_connections: int = PG_MAX_CONNECTIONS) -> None:
+    Its data directory is a new one in the system's temporary directory unless ``directory`` is given: as root
+    the server runs as the service user, who may not reach into the caller's directories (pytest's are 0700).
+    """
+
+    def __init__(self, log_dir: Path, *, directory: Path | None = None, max_connections: int = PG_MAX_CONNECTIONS):
         self.bindir = postgres_bindir()
-        self.directory = directory
+        self.directory = directory or Path(tempfile.mkdtemp(prefix="rc-chaos-postgres-"))
         self.log_dir = log_dir
         self.port = free_port()
         self.max_connections = max_connections
