@@ -60,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sentinel", action="store_true", help="Redis as a primary, one replica and three Sentinels")
     parser.add_argument("--database", default="rc_chaos", help="the campaign's database, created and dropped")
-    parser.add_argument("--keep-database", action="store_true", help="keep the database for inspection")
+    parser.add_argument(
+        "--keep-database",
+        action="store_true",
+        help="keep the database for inspection (with --own-cluster: the stopped cluster's directory)",
+    )
     parser.add_argument("--output-dir", type=Path, default=ROOT / "var" / "chaos", help="where runs are recorded")
     parser.add_argument("--lease-seconds", type=float, default=5.0, help="workers' lease (default 5)")
     parser.add_argument("--sweep-interval", type=float, default=1.0, help="sweeper interval (default 1)")
