@@ -9,6 +9,8 @@ the latest deliveries: the database is the source of truth and the sweeper deliv
 
 from __future__ import annotations
 
+import os
+import time
 from collections import Counter, defaultdict
 
 import pytest
@@ -31,7 +33,7 @@ REPORT_SECONDS = 0.4
 @pytest.fixture
 def sentinel_redis(settings):
     """A Sentinel-managed Redis; the test process's own django-rq clients go through it too."""
-    redis = SentinelRedis(LOG_DIR / f"sentinel-{id(settings)}")
+    redis = SentinelRedis(LOG_DIR / f"sentinel-{os.getpid()}-{time.monotonic_ns()}")
     redis.start()
     env = redis.env()
     queues = {}
@@ -70,14 +72,12 @@ def test_tasks_finish_exactly_once_when_sentinel_promotes_a_replica_mid_run(
         states = Counter(Task.objects.filter(pk__in=ids).values_list("state", flat=True))
         return states if states["succeeded"] >= 4 and states["running"] >= 1 else None
 
-    states_at_kill = wait_for(mid_run, timeout=60, message="some tasks done and some running")
+    wait_for(mid_run, timeout=60, message="some tasks done and some running")
     old, new = sentinel_redis.failover()
     assert new != old
     assert sentinel_redis.primary_port() == new
     tasks += submit(TASKS_AFTER, TASKS_BEFORE)  # enqueued through the promoted primary
     ids = [task.pk for task in tasks]
-    assert states_at_kill["running"] >= 1
-    assert sum(n for state, n in states_at_kill.items() if state not in TERMINAL) >= 1
 
     def all_terminal():
         return Task.objects.filter(pk__in=ids).exclude(state__in=TERMINAL).count() == 0
