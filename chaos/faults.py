@@ -40,6 +40,8 @@ SECONDS_PER_KILL = 12
 MIN_KILLS = 3
 # How long the zombie stays stopped beyond its lease.
 ZOMBIE_EXTRA_SECONDS = 3.0
+# pg-terminate right after a PostgreSQL restart may first meet sessions the restart ended.
+PG_TERMINATE_TRIES = 3
 # How long PostgreSQL stays down in a restart: a few seconds, longer than a pooler's or a client's first retry.
 PG_DOWN_SECONDS = 3.0
 # Sentinel calls the primary down after 1.5 s, then elects and promotes: seconds, not this many.
@@ -178,15 +180,24 @@ class FaultInjector:
         self._note("redis-flush", "FLUSHALL")
 
     def _pg_terminate(self) -> None:
-        from django.db import close_old_connections, connection
+        from django.db import DatabaseError, close_old_connections, connection
 
-        close_old_connections()
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-            (count,) = cursor.fetchone()
+        for tries_left in reversed(range(PG_TERMINATE_TRIES)):
+            close_old_connections()
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                    (count,) = cursor.fetchone()
+                break
+            except DatabaseError:
+                # The campaign's own session may be one a PostgreSQL restart just ended (PgBouncer hands out
+                # each such dead server session once): again, on a new one.
+                if not tries_left:
+                    raise
+                connection.close()
         self._note("pg-terminate", f"pg_terminate_backend on {count} sessions (workers, sweeper, web)")
 
     def _redis_failover(self) -> None:

@@ -34,26 +34,26 @@ def server_url() -> str:
     return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
 
 
+def run_campaign(output_dir: Path, *args: str) -> tuple[str, Path, dict]:
+    """``python -m chaos`` with ``args``, which must exit 0: its output, its run's directory and record."""
+    argv = [sys.executable, "-m", "chaos", "--workers=4", f"--output-dir={output_dir}", *args]
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=560)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    (run_dir,) = output_dir.iterdir()
+    return output, run_dir, json.loads((run_dir / "record.json").read_text())
+
+
 @pytest.mark.timeout(600)
 def test_short_campaign_injects_every_fault_and_every_invariant_holds(tmp_path):
-    argv = [
-        sys.executable,
-        "-m",
-        "chaos",
+    output, _, record = run_campaign(
+        tmp_path,
         "--tasks=200",
-        "--workers=4",
         "--duration=75",
         "--seed=11",
         f"--server-url={server_url()}",
         f"--database=test_chaos_{os.getpid()}",
-        f"--output-dir={tmp_path}",
-    ]
-    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=560)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
-
-    (run_dir,) = tmp_path.iterdir()
-    record = json.loads((run_dir / "record.json").read_text())
+    )
     injected = {fault["kind"] for fault in record["faults"] if not fault.get("failed")}
     assert injected >= set(FAULTS), output[-3000:]
     assert any(call["fault"] == "503" for call in record["calls"])
@@ -74,26 +74,16 @@ def test_short_campaign_injects_every_fault_and_every_invariant_holds(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_short_campaign_through_pgbouncer_with_a_sentinel_failover_and_a_postgres_restart(tmp_path):
-    argv = [
-        sys.executable,
-        "-m",
-        "chaos",
+    output, run_dir, record = run_campaign(
+        tmp_path,
         "--tasks=150",
-        "--workers=4",
         "--duration=60",
         "--seed=12",
         "--pgbouncer",
         "--sentinel",
         "--own-cluster",
         f"--database=test_chaos_topo_{os.getpid()}",
-        f"--output-dir={tmp_path}",
-    ]
-    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=560)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
-
-    (run_dir,) = tmp_path.iterdir()
-    record = json.loads((run_dir / "record.json").read_text())
+    )
     injected = {fault["kind"] for fault in record["faults"] if not fault.get("failed")}
     assert injected >= set(FAULTS) | set(TOPOLOGY_FAULTS), output[-3000:]
     assert record["meta"]["faults_injected"]["redis-failover"] == 1
