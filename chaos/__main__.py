@@ -1,6 +1,8 @@
 """`make chaos`: a fault campaign against a real deployment on this machine; exit 1 on any broken invariant.
 
-Example: ``make chaos CHAOS_ARGS="--tasks 600 --workers 4 --duration 180 --seed 3"``.
+Example: ``make chaos CHAOS_ARGS="--tasks 600 --workers 4 --duration 180 --seed 3"``; production topologies:
+``--pgbouncer`` (every connection through PgBouncer in transaction mode), ``--sentinel`` (Redis under Sentinel,
+with the fault redis-failover), ``--own-cluster`` (a throwaway PostgreSQL cluster, with the fault pg-restart).
 """
 
 from __future__ import annotations
@@ -10,14 +12,15 @@ import logging
 import sys
 from pathlib import Path
 
-from chaos.faults import ALL_FAULTS
+from chaos.faults import ALL_FAULTS, TOPOLOGY_FAULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def parse_faults(value: str) -> frozenset[str]:
+def parse_faults(value: str) -> frozenset[str] | None:
+    """The faults named; None for ``all``: every fault that applies to the topology chosen."""
     if value == "all":
-        return frozenset(ALL_FAULTS)
+        return None
     if value == "none":
         return frozenset()
     chosen = frozenset(part.strip() for part in value.split(",") if part.strip())
@@ -35,16 +38,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
     parser.add_argument("--duration", type=float, default=600, help="seconds of submissions and faults (default 600)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the plan and the fault schedule (default 1)")
+    needs = ", ".join(f"{kind} needs {option}" for kind, option in TOPOLOGY_FAULTS.items())
     parser.add_argument(
         "--faults",
         type=parse_faults,
-        default=frozenset(ALL_FAULTS),
-        help=f"all (default), none, or some of: {', '.join(ALL_FAULTS)}",
+        default=None,
+        help=f"all (default: every one that applies to the topology), none, or some of: {', '.join(ALL_FAULTS)} "
+        f"({needs})",
     )
     parser.add_argument("--settle-timeout", type=float, default=300, help="seconds to wait for every task to finish")
-    parser.add_argument("--server-url", default="postgresql://postgres@127.0.0.1:5432", help="PostgreSQL server")
+    parser.add_argument(
+        "--server-url", default=None, help="PostgreSQL server (default postgresql://postgres@127.0.0.1:5432)"
+    )
+    parser.add_argument(
+        "--own-cluster",
+        action="store_true",
+        help="run a throwaway PostgreSQL cluster of the campaign's own (initdb, a free port) instead of --server-url",
+    )
+    parser.add_argument(
+        "--pgbouncer", action="store_true", help="every connection of every process through a PgBouncer (transaction)"
+    )
+    parser.add_argument("--sentinel", action="store_true", help="Redis as a primary, one replica and three Sentinels")
     parser.add_argument("--database", default="rc_chaos", help="the campaign's database, created and dropped")
-    parser.add_argument("--keep-database", action="store_true", help="keep the database for inspection")
+    parser.add_argument(
+        "--keep-database",
+        action="store_true",
+        help="keep the database for inspection (with --own-cluster: the stopped cluster's directory)",
+    )
     parser.add_argument("--output-dir", type=Path, default=ROOT / "var" / "chaos", help="where runs are recorded")
     parser.add_argument("--lease-seconds", type=float, default=5.0, help="workers' lease (default 5)")
     parser.add_argument("--sweep-interval", type=float, default=1.0, help="sweeper interval (default 1)")
@@ -66,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         output_dir=options.output_dir,
         lease_seconds=options.lease_seconds,
         sweep_interval=options.sweep_interval,
+        own_cluster=options.own_cluster,
+        pgbouncer=options.pgbouncer,
+        sentinel=options.sentinel,
     )
     try:
         config.validate()

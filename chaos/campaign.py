@@ -14,7 +14,8 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from chaos import faults as fault_module
@@ -32,6 +33,10 @@ SUBMIT_SHARE = 0.75
 CALLS_PER_TASK = 5.5
 # Slow answers hold a worker for a whole step timeout: about one per this many seconds of the run.
 SECONDS_PER_SLOW_ANSWER = 15
+TOPOLOGY_FAULT_REASONS = {
+    "redis-failover": "a replica for Sentinel to promote",
+    "pg-restart": "the campaign restarts only a PostgreSQL cluster it started itself, never the machine's server",
+}
 
 
 @dataclass(frozen=True)
@@ -40,15 +45,24 @@ class CampaignConfig:
     workers: int = 4
     duration: float = 600.0
     seed: int = 1
-    faults: frozenset[str] = field(default_factory=lambda: frozenset(fault_module.ALL_FAULTS))
+    # None: every fault the topology has the parts for (``faults.applicable_faults``).
+    faults: frozenset[str] | None = None
     settle_timeout: float = 300.0
-    server_url: str = "postgresql://postgres@127.0.0.1:5432"
+    server_url: str | None = None  # None: the machine's server (``deployment.DEFAULT_SERVER_URL``)
     database: str = "rc_chaos"
     lease_seconds: float = 5.0
     sweep_interval: float = 1.0
     redelivery_grace: float = 3.0
     output_dir: Path = Path("var/chaos")
     keep_database: bool = False
+    own_cluster: bool = False
+    pgbouncer: bool = False
+    sentinel: bool = False
+
+    def __post_init__(self) -> None:
+        if self.faults is None:
+            applicable = fault_module.applicable_faults(sentinel=self.sentinel, own_cluster=self.own_cluster)
+            object.__setattr__(self, "faults", frozenset(applicable))
 
     def validate(self) -> None:
         if self.tasks < 1:
@@ -66,6 +80,12 @@ class CampaignConfig:
             )
         if not self.database.replace("_", "").isalnum():
             raise ValueError(f"--database must be letters, digits and _, got {self.database!r}")
+        present = {"--sentinel": self.sentinel, "--own-cluster": self.own_cluster}
+        for kind, option in fault_module.TOPOLOGY_FAULTS.items():
+            if kind in self.faults and not present[option]:
+                raise ValueError(f"the fault {kind} needs {option} ({TOPOLOGY_FAULT_REASONS[kind]})")
+        if self.own_cluster and self.server_url is not None:
+            raise ValueError("--own-cluster runs a PostgreSQL cluster of its own: leave out --server-url")
 
 
 @dataclass
@@ -98,11 +118,18 @@ def run(config: CampaignConfig, *, progress=print) -> CampaignResult:
         simulator_args=fault_module.simulator_args(
             faults=config.faults, seed=config.seed, slow_rate=slow_rate, broke_users=broke_users
         ),
+        own_cluster=config.own_cluster,
+        pgbouncer=config.pgbouncer,
+        sentinel=config.sentinel,
     )
     deployment = Deployment(settings, run_dir)
     began = time.monotonic()
     try:
-        progress(f"chaos: deploying ({config.workers} workers) in {run_dir}")
+        topology = deployment.topology()
+        progress(
+            f"chaos: deploying ({config.workers} workers; PostgreSQL {topology['postgresql']}, "
+            f"pooler {topology['pooler']}, Redis {topology['redis']}) in {run_dir}"
+        )
         deployment.start()
         injector = fault_module.FaultInjector(deployment, seed=config.seed, lease_seconds=config.lease_seconds)
         scheduled = fault_module.schedule(seed=config.seed, faults=config.faults, window=config.duration)
@@ -199,6 +226,8 @@ def _record(config, deployment: Deployment, submitter: Submitter, injector, plan
             "workers": config.workers,
             "duration": config.duration,
             "faults_enabled": sorted(config.faults),
+            "faults_injected": dict(Counter(fault["kind"] for fault in injector.log if not fault.get("failed"))),
+            "topology": deployment.topology(),
             "max_crashes": settings.RELIABILITY_MAX_CRASHES,
             "lease_seconds": config.lease_seconds,
             "worker_replacements": deployment.pool.replacements if deployment.pool else 0,

@@ -1,8 +1,10 @@
 """A real deployment on this machine for one campaign, started and stopped as one.
 
-PostgreSQL (a fresh database of the campaign's own on the given server), a private redis-server, the
-report-platform simulator, gunicorn serving the API, N workers and the sweeper. The campaign process
-itself uses Django against the same database, to migrate, create its API token and read the outcome.
+PostgreSQL (a fresh database of the campaign's own on the given server, or on a throwaway cluster the
+campaign starts), a private redis-server (or a primary, a replica and three Sentinels), the report-platform
+simulator, gunicorn serving the API, N workers and the sweeper; optionally a PgBouncer in transaction mode
+between every process and PostgreSQL. The campaign process itself uses Django against the same database
+(through the same PgBouncer), to migrate, create its API token and read the outcome.
 """
 
 from __future__ import annotations
@@ -26,21 +28,29 @@ from chaos.processes import (
     manage_argv,
     wait_until,
 )
+from chaos.topology import PgBouncer, PostgresCluster, SentinelRedis
+from reliability_console.config import redact_url as redact
 
 # gunicorn for the campaign's clients: 2 processes with threads, as the README suggests for 2 cores.
 WEB_PROCESSES = 2
 WEB_THREADS = 16
+DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432"
+# PgBouncer's own default: server sessions per database and user, shared by every client's transactions.
+PGBOUNCER_POOL_SIZE = 20
 
 
 @dataclass(frozen=True)
 class DeploymentSettings:
-    server_url: str
+    server_url: str | None  # None: the machine's default server, unless own_cluster
     database: str
     workers: int
     lease_seconds: float
     sweep_interval: float
     redelivery_grace: float
     simulator_args: tuple[str, ...]
+    own_cluster: bool = False  # a throwaway PostgreSQL cluster of the campaign's own (initdb), instead of server_url
+    pgbouncer: bool = False  # every connection through a PgBouncer in transaction mode
+    sentinel: bool = False  # Redis as a primary, a replica and three Sentinels
 
 
 def database_url(server_url: str, name: str) -> str:
@@ -64,8 +74,18 @@ class Deployment:
         self.run_dir = run_dir
         self.log_dir = run_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.database_url = database_url(settings.server_url, settings.database)
-        self.redis = PrivateRedis(self.log_dir)
+        self.cluster = PostgresCluster(self.log_dir) if settings.own_cluster else None
+        # The server as the campaign administers it (create, drop the database): never through the pooler.
+        self.server_url = self.cluster.url if self.cluster else settings.server_url or DEFAULT_SERVER_URL
+        self.pgbouncer = (
+            PgBouncer(self.log_dir, self.server_url, pool_size=PGBOUNCER_POOL_SIZE) if settings.pgbouncer else None
+        )
+        # The database as every process of the deployment, the campaign's own included, reaches it.
+        client_server_url = self.pgbouncer.url(self.server_url) if self.pgbouncer else self.server_url
+        self.database_url = database_url(client_server_url, settings.database)
+        self.redis: PrivateRedis | SentinelRedis = (
+            SentinelRedis(self.log_dir) if settings.sentinel else PrivateRedis(self.log_dir)
+        )
         self.simulator: Child | None = None
         self.web: Child | None = None
         self.sweeper: Child | None = None
@@ -75,10 +95,24 @@ class Deployment:
         self.api_token = ""
         self.env: dict[str, str] = {}
 
+    def topology(self) -> dict[str, str]:
+        """What ran, for the record and the report."""
+        cluster = self.cluster
+        server = f"own cluster on port {cluster.port} in {cluster.directory}" if cluster else redact(self.server_url)
+        return {
+            "postgresql": server,
+            "pooler": f"pgbouncer, transaction mode, pool size {PGBOUNCER_POOL_SIZE}" if self.pgbouncer else "none",
+            "redis": "sentinel: a primary, 1 replica, 3 sentinels" if self.settings.sentinel else "one redis-server",
+        }
+
     # -- start ------------------------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.cluster is not None:
+            self.cluster.start()
         self._create_database()
+        if self.pgbouncer is not None:
+            self.pgbouncer.start()
         self.redis.start()
         sim_port = free_port()
         self.simulator_url = f"http://127.0.0.1:{sim_port}"
@@ -98,7 +132,7 @@ class Deployment:
     def _create_database(self) -> None:
         import psycopg2
 
-        admin = psycopg2.connect(database_url(self.settings.server_url, "postgres"))
+        admin = psycopg2.connect(database_url(self.server_url, "postgres"))
         admin.autocommit = True
         try:
             with admin.cursor() as cursor:
@@ -116,7 +150,8 @@ class Deployment:
         env.update(
             {
                 "DATABASE_URL": self.database_url,
-                "REDIS_URL": self.redis.url,
+                "DATABASE_POOLER": "transaction" if self.pgbouncer else "none",
+                **self.redis.env(),
                 "REPORT_PLATFORM_URL": self.simulator_url,
                 "DJANGO_SECRET_KEY": env.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50),
                 "DJANGO_DEBUG": "0",
@@ -160,24 +195,37 @@ class Deployment:
     # -- stop -------------------------------------------------------------------------------------------------------
 
     def stop_workers(self) -> None:
+        if self.sweeper is not None:
+            self.sweeper.terminate()  # stops while the workers do
         if self.pool is not None:
             self.pool.stop()
         if self.sweeper is not None:
             self.sweeper.stop()
 
     def stop(self, *, drop_database: bool) -> None:
+        """Stop everything; ``drop_database`` drops the campaign's database (an own cluster: deletes it whole)."""
         self.stop_workers()
         for child in (self.web, self.simulator):
             if child is not None:
                 child.stop()
         self.redis.stop()
-        if drop_database:
+        from django.apps import apps
+
+        if apps.ready:  # the campaign's own sessions, before their server goes
             from django.db import connections
 
             connections.close_all()
+        if self.pgbouncer is not None:
+            self.pgbouncer.stop()
+        if self.cluster is not None:
+            if drop_database:
+                self.cluster.remove()
+            else:
+                self.cluster.stop()
+        elif drop_database:
             import psycopg2
 
-            admin = psycopg2.connect(database_url(self.settings.server_url, "postgres"))
+            admin = psycopg2.connect(database_url(self.server_url, "postgres"))
             admin.autocommit = True
             try:
                 with admin.cursor() as cursor:

@@ -4,7 +4,10 @@ The platform's own faults (5xx, 429 with Retry-After, slow answers past the step
 users) are settings of the simulator; the rest happen to processes and services at scheduled moments:
 SIGKILL of a worker (the pool starts a replacement), SIGSTOP of a worker for longer than the lease then
 SIGCONT (a zombie), a Redis restart, a Redis FLUSHALL, and pg_terminate_backend of every other session
-on the campaign's database.
+on the campaign's database. Two more act on parts only some topologies have: under Sentinel, the Redis
+primary SIGKILLed and a replica promoted (``redis-failover``); on a PostgreSQL cluster the campaign started
+itself, a fast restart of the server (``pg-restart``). Under Sentinel the Redis faults act on the current
+primary; behind PgBouncer the PostgreSQL faults act on the server behind it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ logger = logging.getLogger(__name__)
 
 PLATFORM_FAULTS = ("5xx", "429", "slow", "402")
 PROCESS_FAULTS = ("sigkill", "sigstop", "redis-restart", "redis-flush", "pg-terminate")
-ALL_FAULTS = PLATFORM_FAULTS + PROCESS_FAULTS
+# Each needs a part of the topology that only the campaign's options start: the option's name.
+TOPOLOGY_FAULTS = {"redis-failover": "--sentinel", "pg-restart": "--own-cluster"}
+ALL_FAULTS = PLATFORM_FAULTS + PROCESS_FAULTS + tuple(TOPOLOGY_FAULTS)
 
 FAIL_RATE = 0.06
 THROTTLE_RATE = 0.04
@@ -35,6 +40,18 @@ SECONDS_PER_KILL = 12
 MIN_KILLS = 3
 # How long the zombie stays stopped beyond its lease.
 ZOMBIE_EXTRA_SECONDS = 3.0
+# pg-terminate right after a PostgreSQL restart may first meet sessions the restart ended.
+PG_TERMINATE_TRIES = 3
+# How long PostgreSQL stays down in a restart: a few seconds, longer than a pooler's or a client's first retry.
+PG_DOWN_SECONDS = 3.0
+# Sentinel calls the primary down after 1.5 s, then elects and promotes: seconds, not this many.
+FAILOVER_TIMEOUT = 60.0
+
+
+def applicable_faults(*, sentinel: bool, own_cluster: bool) -> tuple[str, ...]:
+    """Every fault the topology has the parts for: what ``--faults all`` means."""
+    present = {"--sentinel": sentinel, "--own-cluster": own_cluster}
+    return tuple(kind for kind in ALL_FAULTS if present.get(TOPOLOGY_FAULTS.get(kind, ""), True))
 
 
 def simulator_args(*, faults: frozenset[str], seed: int, slow_rate: float, broke_users: list[str]) -> tuple:
@@ -65,6 +82,9 @@ def schedule(*, seed: int, faults: frozenset[str], window: float) -> list[Schedu
         planned += [ScheduledFault(rng.uniform(0.1, 0.8) * window, "sigkill") for _ in range(kills)]
     once = {"sigstop": (0.15, 0.35), "redis-restart": (0.3, 0.45), "pg-terminate": (0.45, 0.6)}
     once["redis-flush"] = (0.6, 0.75)
+    # Drawn after the others, so adding them leaves every earlier schedule of a seed as it was.
+    once["redis-failover"] = (0.2, 0.3)
+    once["pg-restart"] = (0.5, 0.65)
     for kind, (low, high) in once.items():
         if kind in faults:
             planned.append(ScheduledFault(rng.uniform(low, high) * window, kind))
@@ -104,14 +124,19 @@ class FaultInjector:
 
     def _victim(self):
         """Prefer a worker that holds a lease right now (it is mid-step), else any live worker."""
-        from django.db import close_old_connections
+        from django.db import DatabaseError, close_old_connections
 
         from tasks.models import LEASED_STATES, Task
 
         close_old_connections()
-        owners = list(
-            Task.objects.filter(state__in=LEASED_STATES).exclude(lease_owner="").values_list("lease_owner", flat=True)
-        )
+        try:
+            owners = list(
+                Task.objects.filter(state__in=LEASED_STATES)
+                .exclude(lease_owner="")
+                .values_list("lease_owner", flat=True)
+            )
+        except DatabaseError:  # PostgreSQL is restarting (another fault): any live worker will do
+            owners = []
         busy = [w for w in (self.deployment.pool.by_pid(worker_pid(o)) for o in owners) if w is not None]
         candidates = busy or self.deployment.pool.live()
         if not candidates:
@@ -146,21 +171,50 @@ class FaultInjector:
         self._zombies.append(thread)
 
     def _redis_restart(self) -> None:
+        redis = self.deployment.redis.describe()
         self.deployment.redis.restart()
-        self._note("redis-restart", f"redis-server on port {self.deployment.redis.port} stopped and started again")
+        self._note("redis-restart", f"{redis} stopped and started again")
 
     def _redis_flush(self) -> None:
         self.deployment.redis.flushall()
         self._note("redis-flush", "FLUSHALL")
 
     def _pg_terminate(self) -> None:
-        from django.db import close_old_connections, connection
+        from django.db import DatabaseError, close_old_connections, connection
 
-        close_old_connections()
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-            (count,) = cursor.fetchone()
+        for tries_left in reversed(range(PG_TERMINATE_TRIES)):
+            close_old_connections()
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                    (count,) = cursor.fetchone()
+                break
+            except DatabaseError:
+                # The campaign's own session may be one a PostgreSQL restart just ended (PgBouncer hands out
+                # each such dead server session once): again, on a new one.
+                if not tries_left:
+                    raise
+                connection.close()
         self._note("pg-terminate", f"pg_terminate_backend on {count} sessions (workers, sweeper, web)")
+
+    def _redis_failover(self) -> None:
+        began = time.monotonic()
+        old, new = self.deployment.redis.failover(timeout=FAILOVER_TIMEOUT)
+        self._note(
+            "redis-failover",
+            f"primary on port {old} SIGKILLed; Sentinel promoted the replica on port {new}; "
+            f"port {old} back as its replica, {time.monotonic() - began:.1f} s in all",
+        )
+
+    def _pg_restart(self) -> None:
+        cluster = self.deployment.cluster
+        began = time.monotonic()
+        cluster.restart("fast", down_seconds=PG_DOWN_SECONDS)
+        self._note(
+            "pg-restart",
+            f"PostgreSQL (own cluster, port {cluster.port}) restarted fast: every session dropped, "
+            f"{time.monotonic() - began:.1f} s without a server",
+        )

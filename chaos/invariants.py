@@ -398,6 +398,10 @@ def format_table(record: dict, results: list[InvariantResult]) -> str:
         f"max_crashes {meta['max_crashes']}",
         "",
     ]
+    # Recorded since the campaign can run other topologies; older records have none.
+    topology = meta.get("topology")
+    if isinstance(topology, dict) and topology:
+        lines[1:1] = ["topology: " + "; ".join(f"{part} {what}" for part, what in topology.items())]
     faults = fault_summary(record)
     width = max([len("fault injected"), *(len(kind) for kind, _ in faults)])
     lines.append(f"{'fault injected':<{width}}  {'count':>7}")

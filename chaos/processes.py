@@ -23,14 +23,28 @@ from reliability_console.local_redis import redis_server_argv
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# How long a process may take to stop after SIGTERM before it is killed.
+STOP_GRACE_SECONDS = 15.0
+
+
 class DeploymentError(RuntimeError):
     """A part of the deployment did not start or answer in time."""
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports (each socket stays bound until all are picked, so none repeats)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
@@ -59,15 +73,27 @@ def manage_argv(*args: str) -> list[str]:
 class Child:
     """One child process with its log file."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path, *, unique_log=False) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        log_dir: Path,
+        *,
+        unique_log: bool = False,
+        user: str | None = None,
+    ) -> None:
         self.name = name
         log_dir.mkdir(parents=True, exist_ok=True)
         # Unique names when many runs share one log folder (the test suite's).
         suffix = f"-{os.getpid()}-{time.monotonic_ns()}" if unique_log else ""
         self.log_path = log_dir / f"{name}{suffix}.log"
         self._log = open(self.log_path, "ab")
+        self._terminated = False
+        # ``user``: run as that system user (and its group only), for servers that refuse to run as root.
+        as_user = {"user": user, "group": user, "extra_groups": []} if user else {}
         self.process = subprocess.Popen(
-            argv, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, process_group=0
+            argv, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, process_group=0, **as_user
         )
 
     @property
@@ -84,11 +110,17 @@ class Child:
     def kill(self, sig: int = signals.SIGKILL) -> None:
         self.signal(sig)
 
-    def stop(self, timeout: float = 15.0) -> None:
-        if self.alive():
+    def terminate(self) -> None:
+        """Ask the process to stop (SIGTERM), once; ``stop()`` waits for it."""
+        if self.alive() and not self._terminated:
+            self._terminated = True
             # A stopped process cannot act on SIGTERM until it is continued.
             self.signal(signals.SIGCONT)
             self.process.terminate()
+
+    def stop(self, timeout: float = STOP_GRACE_SECONDS) -> None:
+        if self.alive():
+            self.terminate()
             try:
                 self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -122,6 +154,13 @@ class PrivateRedis:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def env(self) -> dict[str, str]:
+        """The settings that point a process of the deployment at this Redis (and at no Sentinel)."""
+        return {"REDIS_URL": self.url, "REDIS_SENTINELS": "", "REDIS_SENTINEL_MASTER": ""}
+
+    def describe(self) -> str:
+        return f"redis-server on port {self.port}"
 
     def start(self) -> None:
         argv = redis_server_argv(self.port, str(self.directory))
@@ -202,8 +241,12 @@ class WorkerPool:
             self._watcher.join(timeout=5)
         with self._lock:
             children = self.workers + self.retired
+        # All at once, then wait with one grace period for all: a worker may take all of it to stop.
         for child in children:
-            child.stop()
+            child.terminate()
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for child in children:
+            child.stop(timeout=max(0.1, deadline - time.monotonic()))
 
     def logs(self) -> str:
         return "\n".join(f"--- {w.log_path.name}\n{w.tail(4000)}" for w in self.workers + self.retired)

@@ -2,7 +2,9 @@
 
 Every fault kind is injected (platform 5xx, 429, slow answers and 402s; SIGKILL and SIGSTOP of workers;
 a Redis restart and a FLUSHALL; pg_terminate_backend) while tasks are submitted over HTTP; the command
-must settle, print the table and exit 0 with every invariant holding.
+must settle, print the table and exit 0 with every invariant holding. A second run does the same in the
+production topology: every connection through PgBouncer in transaction mode, Redis under Sentinel with a
+failover of the primary, and PostgreSQL restarted (a cluster of the campaign's own).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from chaos.invariants import check
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 FAULTS = ("sigkill", "sigstop", "redis-restart", "redis-flush", "pg-terminate")
+TOPOLOGY_FAULTS = ("redis-failover", "pg-restart")
 
 pytestmark = pytest.mark.acceptance
 
@@ -31,26 +34,26 @@ def server_url() -> str:
     return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
 
 
+def run_campaign(output_dir: Path, *args: str) -> tuple[str, Path, dict]:
+    """``python -m chaos`` with ``args``, which must exit 0: its output, its run's directory and record."""
+    argv = [sys.executable, "-m", "chaos", "--workers=4", f"--output-dir={output_dir}", *args]
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=560)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    (run_dir,) = output_dir.iterdir()
+    return output, run_dir, json.loads((run_dir / "record.json").read_text())
+
+
 @pytest.mark.timeout(600)
 def test_short_campaign_injects_every_fault_and_every_invariant_holds(tmp_path):
-    argv = [
-        sys.executable,
-        "-m",
-        "chaos",
+    output, _, record = run_campaign(
+        tmp_path,
         "--tasks=200",
-        "--workers=4",
         "--duration=75",
         "--seed=11",
         f"--server-url={server_url()}",
         f"--database=test_chaos_{os.getpid()}",
-        f"--output-dir={tmp_path}",
-    ]
-    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=560)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
-
-    (run_dir,) = tmp_path.iterdir()
-    record = json.loads((run_dir / "record.json").read_text())
+    )
     injected = {fault["kind"] for fault in record["faults"] if not fault.get("failed")}
     assert injected >= set(FAULTS), output[-3000:]
     assert any(call["fault"] == "503" for call in record["calls"])
@@ -69,12 +72,47 @@ def test_short_campaign_injects_every_fault_and_every_invariant_holds(tmp_path):
         assert any(result.name in line and "PASS" in line for line in output.splitlines()), output
 
 
+@pytest.mark.timeout(600)
+def test_short_campaign_through_pgbouncer_with_a_sentinel_failover_and_a_postgres_restart(tmp_path):
+    output, run_dir, record = run_campaign(
+        tmp_path,
+        "--tasks=150",
+        "--duration=60",
+        "--seed=12",
+        "--pgbouncer",
+        "--sentinel",
+        "--own-cluster",
+        f"--database=test_chaos_topo_{os.getpid()}",
+    )
+    injected = {fault["kind"] for fault in record["faults"] if not fault.get("failed")}
+    assert injected >= set(FAULTS) | set(TOPOLOGY_FAULTS), output[-3000:]
+    assert record["meta"]["faults_injected"]["redis-failover"] == 1
+    assert record["meta"]["faults_injected"]["pg-restart"] == 1
+    topology = record["meta"]["topology"]
+    assert topology["pooler"].startswith("pgbouncer") and topology["redis"].startswith("sentinel")
+    assert topology["postgresql"].startswith("own cluster")
+    assert "topology: postgresql own cluster" in output
+    # Every process reached PostgreSQL through PgBouncer: it logged their logins to the campaign's database.
+    (pgbouncer_log,) = (run_dir / "logs").glob("pgbouncer-*.log")
+    assert f"db=test_chaos_topo_{os.getpid()}" in pgbouncer_log.read_text()
+    # The throwaway cluster was deleted with the run.
+    assert not Path(topology["postgresql"].rsplit(" in ", 1)[1]).exists()
+    accepted = [s for s in record["submissions"] if s["status"] in (200, 201)]
+    assert len({s["task_id"] for s in accepted}) >= 140
+    results = check(record)
+    for result in results:
+        assert result.holds, result.violations[:5]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--tasks=0"], "--tasks must be at least 1"),
         (["--workers=1"], "SIGKILL faults need at least 2 workers"),
         (["--database=x;drop"], "--database must be letters"),
+        (["--faults=redis-failover"], "the fault redis-failover needs --sentinel"),
+        (["--faults=pg-restart,sigkill", "--pgbouncer"], "the fault pg-restart needs --own-cluster"),
+        (["--own-cluster", "--server-url=postgresql://postgres@127.0.0.1:5432"], "leave out --server-url"),
     ],
 )
 def test_bad_options_exit_2_with_one_line_and_start_nothing(args, message, tmp_path):
