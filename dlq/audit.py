@@ -144,7 +144,12 @@ def audit_entries_purge(
             break
     if not dry_run:
         retention_purge_record(
-            kind=AUDIT_PURGE_KIND, cutoff=cutoff, items=report.entries, rows=report.entries, seconds=report.seconds
+            kind=AUDIT_PURGE_KIND,
+            cutoff=cutoff,
+            items=report.entries,
+            rows=report.entries,
+            seconds=report.seconds,
+            complete=report.complete,
         )
     if report.entries or dry_run:
         logger.info("audit entries purged", extra={"event": "audit_entries_purged", **report.as_log()})

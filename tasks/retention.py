@@ -103,6 +103,7 @@ def finished_tasks_purge(
     batch_size: int,
     dry_run: bool = False,
     max_seconds: float | None = None,
+    pause_ratio: float = 0.0,
     on_batch: Callable[[PurgeReport], None] | None = None,
 ) -> PurgeReport:
     """Delete the tasks that finished more than ``older_than`` ago and that nothing still needs, batch by batch.
@@ -110,7 +111,10 @@ def finished_tasks_purge(
     Each batch of at most ``batch_size`` tasks is its own transaction.
     ``dry_run`` reads the same batches and counts what would go, changing
     nothing. ``max_seconds`` stops the run after the batch that reaches it;
-    ``on_batch`` is called with the report so far after each batch.
+    after each batch the run pauses ``pause_ratio`` times as long as the
+    batch took, so that it leaves the database to the workers that share it
+    (1: it purges at most half of the time). ``on_batch`` is called with the
+    report so far after each batch.
     A real run is recorded (``RetentionPurge``, kind ``finished_tasks``) for
     the dashboard.
     """
@@ -122,12 +126,14 @@ def finished_tasks_purge(
     clock = time.monotonic()
     after: tuple[datetime, object] | None = None
     while True:
+        batch_started = time.monotonic()
         if dry_run:
             found = _dry_batch(cutoff, started_at, after, batch_size, report)
         else:
             with transaction.atomic():
                 _limit_waits()
                 found = _batch(cutoff, started_at, after, batch_size, report)
+        batch_seconds = time.monotonic() - batch_started
         report.seconds = time.monotonic() - clock
         if found:
             report.batches += 1
@@ -139,9 +145,16 @@ def finished_tasks_purge(
             break
         if max_seconds is not None and report.seconds >= max_seconds:
             break
+        if pause_ratio > 0 and not dry_run:
+            time.sleep(batch_seconds * pause_ratio)
     if not dry_run:
         retention_purge_record(
-            kind=TASKS_KIND, cutoff=cutoff, items=report.tasks, rows=report.total_rows, seconds=report.seconds
+            kind=TASKS_KIND,
+            cutoff=cutoff,
+            items=report.tasks,
+            rows=report.total_rows,
+            seconds=report.seconds,
+            complete=report.complete,
         )
     if report.tasks or dry_run:
         logger.info("tasks purged", extra={"event": "tasks_purged", **report.as_log()})
@@ -157,14 +170,21 @@ def finished_tasks_purge_due() -> int:
         older_than=timedelta(days=days),
         batch_size=settings.RELIABILITY_PURGE_BATCH_SIZE,
         max_seconds=SWEEPER_RUN_SECONDS,
+        pause_ratio=settings.RELIABILITY_PURGE_PAUSE_RATIO,
     )
     return report.tasks
 
 
-def retention_purge_record(*, kind: str, cutoff: datetime, items: int, rows: int, seconds: float) -> None:
-    """Record a purge run of ``kind`` for the dashboard: always when it ran, its figures when it deleted."""
+def retention_purge_record(
+    *, kind: str, cutoff: datetime, items: int, rows: int, seconds: float, complete: bool
+) -> None:
+    """Record a purge run of ``kind`` for the dashboard.
+
+    Every run sets when it ran and whether it finished (``caught_up``); one
+    that deleted something also sets its figures and adds to the totals.
+    """
     now = timezone.now()
-    values: dict = {"checked_at": now}
+    values: dict = {"checked_at": now, "caught_up": complete}
     if items or rows:
         values.update(
             last_purged_at=now,

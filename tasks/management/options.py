@@ -37,3 +37,14 @@ def count_option(name: str, value: str, *, maximum: int) -> int:
     if not 1 <= number <= maximum:
         raise CommandError(f"{name} must be a whole number from 1 to {maximum}, not {value!r}")
     return number
+
+
+def ratio_option(name: str, value: str) -> float:
+    """A number from 0 to 100."""
+    try:
+        ratio = float(str(value).strip())
+    except ValueError:
+        raise CommandError(f"{name} must be a number from 0 to 100, not {value!r}") from None
+    if not 0 <= ratio <= 100:  # also refuses nan
+        raise CommandError(f"{name} must be a number from 0 to 100, not {value!r}")
+    return ratio

@@ -21,6 +21,7 @@ class Migration(migrations.Migration):
                 ('last_items', models.PositiveBigIntegerField(default=0, help_text='tasks or audit entries that run deleted')),
                 ('last_rows', models.PositiveBigIntegerField(default=0, help_text='every row that run deleted, children included')),
                 ('last_seconds', models.FloatField(default=0)),
+                ('caught_up', models.BooleanField(default=True, help_text='false: the last run stopped at its time limit with more to delete')),
                 ('total_items', models.PositiveBigIntegerField(default=0)),
                 ('total_rows', models.PositiveBigIntegerField(default=0)),
             ],

@@ -21,6 +21,9 @@ class RetentionPurge(models.Model):
     last_items = models.PositiveBigIntegerField(default=0, help_text=_("tasks or audit entries that run deleted"))
     last_rows = models.PositiveBigIntegerField(default=0, help_text=_("every row that run deleted, children included"))
     last_seconds = models.FloatField(default=0)
+    caught_up = models.BooleanField(
+        default=True, help_text=_("false: the last run stopped at its time limit with more to delete")
+    )
     total_items = models.PositiveBigIntegerField(default=0)
     total_rows = models.PositiveBigIntegerField(default=0)
 

@@ -19,8 +19,8 @@ from dlq.dashboard import GROWTH_HOURS, dlq_hourly_growth
 from dlq.models import AuditEntry, AuditOutcome, DLQItem, DLQStatus
 from dlq.svg_charts import Series, line_chart
 from tasks.delivery import get_queue
-from tasks.models import Checkpoint, SideEffect, StepAttempt, SweeperHeartbeat, Task, TaskState
-from tasks.retention import finished_tasks_purge
+from tasks.models import Checkpoint, RetentionPurge, SideEffect, StepAttempt, SweeperHeartbeat, Task, TaskState
+from tasks.retention import TASKS_KIND, finished_tasks_purge
 from tasks.runner import task_run
 from tasks.services import task_submit
 from tasks.sweeper import sweeper_heartbeat
@@ -397,8 +397,12 @@ def test_rows_held_are_postgresqls_estimates_and_the_last_purges_are_shown(admin
     body = admin_client.get(URL).content.decode()
 
     assert f"3 tasks and {report.total_rows} rows in" in body
+    assert 'id="ops-purge-behind"' not in body
     assert "Audit entries are kept 7 days." in body and "Last audit purge:" in body and "1 entries." in body
     assert AuditEntry.objects.filter(action="audit_purged").count() == 1
+
+    RetentionPurge.objects.filter(kind=TASKS_KIND).update(caught_up=False)
+    assert 'id="ops-purge-behind"' in admin_client.get(URL).content.decode()
 
 
 def test_the_page_renders_when_redis_is_down(admin_client, clean_redis, redis_server):

@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY
 
 from dlq.audit import audit_record
 from dlq.models import AlertChannel, AlertDelivery, AlertEvent, AlertRule, AuditEntry, AuditOutcome
-from tasks import sweeper
+from tasks import retention, sweeper
 from tasks.models import (
     TERMINAL_STATES,
     UNRESOLVED_STATUSES,
@@ -264,7 +264,22 @@ def test_a_time_limited_run_stops_after_the_batch_that_reaches_it_and_the_next_r
         written(TaskState.SUCCEEDED)
     first = purge(batch_size=2, max_seconds=0)
     assert (first.tasks, first.batches, first.complete) == (2, 1, False)
+    assert not RetentionPurge.objects.get(kind=TASKS_KIND).caught_up
     assert purge(batch_size=2).tasks == 3
+    assert RetentionPurge.objects.get(kind=TASKS_KIND).caught_up
+
+
+def test_between_batches_the_purge_pauses_in_proportion_to_the_batch(monkeypatch):
+    for _ in range(5):
+        written(TaskState.SUCCEEDED)
+    pauses, batches = [], []
+    monkeypatch.setattr(retention.time, "sleep", pauses.append)
+
+    purge(batch_size=2, pause_ratio=2.5, on_batch=lambda report: batches.append(report.seconds))
+
+    # After each full batch, none after the last (it found fewer than a batch: nothing is left).
+    assert len(batches) == 3 and len(pauses) == 2
+    assert all(0 < pause <= 2.5 * batches[-1] for pause in pauses)
 
 
 def test_the_candidates_are_read_from_the_purge_index():
@@ -329,8 +344,9 @@ def test_the_command_purges_and_reports(capsys):
         ["--older-than", "0"],
         [],
         ["--older-than", "30", "--batch-size", "many"],
+        ["--older-than", "30", "--pause-ratio", "-1"],
     ],
-    ids=["negative", "not-a-number", "zero", "missing", "bad-batch-size"],
+    ids=["negative", "not-a-number", "zero", "missing", "bad-batch-size", "bad-pause-ratio"],
 )
 def test_the_command_refuses_bad_input_with_one_line_and_a_non_zero_exit(arguments):
     task = succeeded()

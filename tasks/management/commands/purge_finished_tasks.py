@@ -1,4 +1,4 @@
-"""python manage.py purge_finished_tasks --older-than DAYS [--dry-run] [--batch-size N]: the purge, to the end.
+"""python manage.py purge_finished_tasks --older-than DAYS [--dry-run] [--batch-size N] [--pause-ratio R]: to the end.
 
 The sweeper runs the same purge (``tasks.retention.finished_tasks_purge``) a
 few seconds at a time with ``RELIABILITY_TASK_RETENTION_DAYS``; this command
@@ -12,7 +12,7 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from tasks.management.options import count_option, days_option
+from tasks.management.options import count_option, days_option, ratio_option
 from tasks.retention import PurgeReport, finished_tasks_purge
 
 MAX_BATCH_SIZE = 10_000
@@ -27,6 +27,11 @@ class Command(BaseCommand):
         parser.add_argument("--older-than", metavar="DAYS", help="finished more than this many days ago (required)")
         parser.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
         parser.add_argument(
+            "--pause-ratio",
+            default=str(settings.RELIABILITY_PURGE_PAUSE_RATIO),
+            help="pause after each batch this many times as long as it took (default RELIABILITY_PURGE_PAUSE_RATIO)",
+        )
+        parser.add_argument(
             "--batch-size",
             default=str(settings.RELIABILITY_PURGE_BATCH_SIZE),
             help="tasks per transaction (default RELIABILITY_PURGE_BATCH_SIZE)",
@@ -35,6 +40,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         older_than = days_option("--older-than", options["older_than"])
         batch_size = count_option("--batch-size", options["batch_size"], maximum=MAX_BATCH_SIZE)
+        pause_ratio = ratio_option("--pause-ratio", options["pause_ratio"])
         last_progress = time.monotonic()
 
         def progress(report: PurgeReport) -> None:
@@ -44,7 +50,11 @@ class Command(BaseCommand):
                 self.stdout.write(f"{_summary(report)} so far")
 
         report = finished_tasks_purge(
-            older_than=older_than, batch_size=batch_size, dry_run=options["dry_run"], on_batch=progress
+            older_than=older_than,
+            batch_size=batch_size,
+            dry_run=options["dry_run"],
+            pause_ratio=pause_ratio,
+            on_batch=progress,
         )
         self.stdout.write(_summary(report))
 
