@@ -22,12 +22,13 @@ Each batch is one short transaction: lock up to ``batch_size`` candidates
 in finish order) with ``FOR UPDATE SKIP LOCKED`` (a task someone holds is
 left for a later run), drop from the batch the tasks that something above
 still needs (one indexed lookup per kind of row, for the whole batch), delete
-what the others own, delete them, commit. No session
-state outlives a transaction (``SET LOCAL`` only, no server-side cursor, no
-advisory lock), so it runs behind PgBouncer in transaction mode. The next
-batch starts after the last (finished_at, id) of the previous one, so a run
-never walks again over the index entries of rows it deleted. Several purges
-at once are safe (they skip each other's rows).
+what the others own, delete them, commit. No session state outlives a
+transaction (``SET LOCAL`` only, no server-side cursor, no advisory lock), so
+it runs behind PgBouncer in transaction mode. The next batch starts after
+the last (finished_at, id) of the previous one, so a run never walks again
+over the index entries of rows it deleted. Between batches it pauses in
+proportion to the batch's time (``pause_ratio``), leaving the database to the
+workers. Several purges at once are safe (they skip each other's rows).
 
 The sweeper runs it every ``RELIABILITY_PURGE_INTERVAL_SECONDS`` for at most
 ``SWEEPER_RUN_SECONDS``; ``manage.py purge_finished_tasks`` runs it until done.
@@ -54,8 +55,8 @@ logger = logging.getLogger(__name__)
 # Exactly the predicate of the partial index task_purge_candidates_idx (migration 0010), sorted as written there.
 PURGEABLE_STATES = sorted(TERMINAL_STATES)
 TASKS_KIND = "finished_tasks"
-# A sweeper run purges for at most this long: the sweep it is part of (expired leases, due retries, lost
-# deliveries) waits for it. At a few thousand tasks a second that is well above any sustained finish rate.
+# A sweeper run purges for at most this long (pauses included): the sweep it is part of (expired leases, due
+# retries, lost deliveries) waits for it. The dashboard says when runs stop here with more to delete.
 SWEEPER_RUN_SECONDS = 5.0
 # A batch never queues behind someone else's lock while holding its own: a locked task is skipped (SKIP
 # LOCKED); a row it owns that is locked (nobody should hold one of a finished task) ends the batch instead.
