@@ -9,7 +9,6 @@ transaction.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,7 +18,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from dlq.models import AuditEntry, AuditOutcome
-from tasks.retention import retention_purge_record
+from tasks.retention import PurgeRun, purge_batches, retention_purge_record
 
 logger = logging.getLogger(__name__)
 
@@ -81,14 +80,11 @@ def audit_denied(
     )
 
 
-@dataclass
-class AuditPurgeReport:
+@dataclass(kw_only=True)
+class AuditPurgeReport(PurgeRun):
     cutoff: datetime
     dry_run: bool
     entries: int = 0
-    batches: int = 0
-    seconds: float = 0.0
-    complete: bool = False  # False: stopped at its time limit with entries left
 
     def as_log(self) -> dict:
         return {
@@ -107,41 +103,39 @@ def audit_entries_purge(
     batch_size: int = AUDIT_PURGE_BATCH_SIZE,
     dry_run: bool = False,
     max_seconds: float | None = None,
-    on_batch: Callable[[AuditPurgeReport], None] | None = None,
+    pause_ratio: float = 0.0,
+    on_batch: Callable[[PurgeRun], None] | None = None,
 ) -> AuditPurgeReport:
     """Delete audit entries created more than ``older_than`` ago, oldest first, ``batch_size`` per transaction.
 
     Each transaction deletes one batch and appends an ``audit_purged`` entry
     with the count and the cutoff: the log records its own purges. With
     ``dry_run`` it counts the entries it would delete and changes nothing.
+    ``max_seconds``, ``pause_ratio`` and ``on_batch`` as for the task purge
+    (``tasks.retention.purge_batches``).
     """
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
     cutoff = timezone.now() - older_than
     report = AuditPurgeReport(cutoff=cutoff, dry_run=dry_run)
-    clock = time.monotonic()
-    after: tuple[datetime, int] | None = None
-    while True:
+
+    def batch(after):
         if dry_run:
             found = _old_entries(cutoff, after, batch_size)
-        else:
-            with transaction.atomic():
-                found = _old_entries(cutoff, after, batch_size)
-                if found:
-                    report.entries += _delete_audited(cutoff, older_than, [pk for _, pk in found])
-        if dry_run:
             report.entries += len(found)
-        report.seconds = time.monotonic() - clock
-        if found:
-            report.batches += 1
-            after = found[-1]
-            if on_batch is not None:
-                on_batch(report)
-        if len(found) < batch_size:
-            report.complete = True
-            break
-        if max_seconds is not None and report.seconds >= max_seconds:
-            break
+            return found
+        with transaction.atomic():
+            found = _old_entries(cutoff, after, batch_size)
+            if found:
+                report.entries += _delete_audited(cutoff, older_than, [pk for _, pk in found])
+            return found
+
+    purge_batches(
+        run=report,
+        batch=batch,
+        batch_size=batch_size,
+        max_seconds=max_seconds,
+        pause_ratio=0.0 if dry_run else pause_ratio,
+        on_batch=on_batch,
+    )
     if not dry_run:
         retention_purge_record(
             kind=AUDIT_PURGE_KIND,
@@ -161,7 +155,12 @@ def audit_entries_purge_due() -> int:
     days = settings.RELIABILITY_AUDIT_RETENTION_DAYS
     if not days:
         return 0
-    return audit_entries_purge(older_than=timedelta(days=days), max_seconds=SWEEPER_RUN_SECONDS).entries
+    report = audit_entries_purge(
+        older_than=timedelta(days=days),
+        max_seconds=SWEEPER_RUN_SECONDS,
+        pause_ratio=settings.RELIABILITY_PURGE_PAUSE_RATIO,
+    )
+    return report.entries
 
 
 def _old_entries(cutoff: datetime, after: tuple[datetime, int] | None, batch_size: int) -> list[tuple[datetime, int]]:

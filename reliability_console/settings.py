@@ -162,7 +162,7 @@ RELIABILITY_AUDIT_RETENTION_DAYS = env.integer("RELIABILITY_AUDIT_RETENTION_DAYS
 RELIABILITY_PURGE_BATCH_SIZE = env.integer("RELIABILITY_PURGE_BATCH_SIZE", 500, minimum=1, maximum=10000)
 # The sweeper runs the purges at most this often, each run for a few seconds at most.
 RELIABILITY_PURGE_INTERVAL_SECONDS = env.number("RELIABILITY_PURGE_INTERVAL_SECONDS", 60, minimum=1)
-# After each batch the task purge pauses this many times as long as the batch took, leaving the
+# After each batch the purges pause this many times as long as the batch took, leaving the
 # database to the workers (1: it works at most half of the time; 0: flat out).
 RELIABILITY_PURGE_PAUSE_RATIO = env.number("RELIABILITY_PURGE_PAUSE_RATIO", 1, minimum=0, maximum=100)
 

@@ -64,18 +64,64 @@ BATCH_LOCK_TIMEOUT = "2s"
 BATCH_STATEMENT_TIMEOUT = "60s"
 
 
-@dataclass
-class PurgeReport:
+@dataclass(kw_only=True)
+class PurgeRun:
+    """How a batched purge went: its batches, its seconds (pauses included), and whether it ran out of rows."""
+
+    batches: int = 0
+    seconds: float = 0.0
+    # True when nothing was left to delete; False when the run stopped at its time limit.
+    complete: bool = False
+
+
+def purge_batches(
+    *,
+    run: PurgeRun,
+    batch: Callable[[tuple | None], list[tuple]],
+    batch_size: int,
+    max_seconds: float | None = None,
+    pause_ratio: float = 0.0,
+    on_batch: Callable[[PurgeRun], None] | None = None,
+) -> None:
+    """Call ``batch(after)`` until it returns fewer than ``batch_size`` keys, or ``max_seconds`` have passed.
+
+    ``batch`` handles (in its own transaction) at most ``batch_size`` rows in
+    key order after ``after`` (None: from the start) and returns their keys;
+    the next call starts after the last of them. After each full batch the
+    run pauses ``pause_ratio`` times as long as the batch took. ``run``
+    counts the batches and the seconds; ``on_batch`` sees it after each batch.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    clock = time.monotonic()
+    after = None
+    while True:
+        batch_started = time.monotonic()
+        found = batch(after)
+        batch_seconds = time.monotonic() - batch_started
+        run.seconds = time.monotonic() - clock
+        if found:
+            run.batches += 1
+            after = found[-1]
+            if on_batch is not None:
+                on_batch(run)
+        if len(found) < batch_size:
+            run.complete = True
+            return
+        if max_seconds is not None and run.seconds >= max_seconds:
+            return
+        if pause_ratio > 0:
+            time.sleep(batch_seconds * pause_ratio)
+
+
+@dataclass(kw_only=True)
+class PurgeReport(PurgeRun):
     """What a purge deleted (with ``dry_run``, would delete): tasks, and rows per model, tasks included."""
 
     cutoff: datetime
     dry_run: bool
     tasks: int = 0
     rows: dict[str, int] = field(default_factory=dict)
-    batches: int = 0
-    seconds: float = 0.0
-    # True when no candidate was left; False when the run stopped at its time limit.
-    complete: bool = False
 
     @property
     def total_rows(self) -> int:
@@ -119,35 +165,25 @@ def finished_tasks_purge(
     A real run is recorded (``RetentionPurge``, kind ``finished_tasks``) for
     the dashboard.
     """
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
     started_at = timezone.now()
     cutoff = started_at - older_than
     report = PurgeReport(cutoff=cutoff, dry_run=dry_run)
-    clock = time.monotonic()
-    after: tuple[datetime, object] | None = None
-    while True:
-        batch_started = time.monotonic()
+
+    def batch(after):
         if dry_run:
-            found = _dry_batch(cutoff, started_at, after, batch_size, report)
-        else:
-            with transaction.atomic():
-                _limit_waits()
-                found = _batch(cutoff, started_at, after, batch_size, report)
-        batch_seconds = time.monotonic() - batch_started
-        report.seconds = time.monotonic() - clock
-        if found:
-            report.batches += 1
-            after = found[-1]
-            if on_batch is not None:
-                on_batch(report)
-        if len(found) < batch_size:
-            report.complete = True
-            break
-        if max_seconds is not None and report.seconds >= max_seconds:
-            break
-        if pause_ratio > 0 and not dry_run:
-            time.sleep(batch_seconds * pause_ratio)
+            return _dry_batch(cutoff, started_at, after, batch_size, report)
+        with transaction.atomic():
+            _limit_waits()
+            return _batch(cutoff, started_at, after, batch_size, report)
+
+    purge_batches(
+        run=report,
+        batch=batch,
+        batch_size=batch_size,
+        max_seconds=max_seconds,
+        pause_ratio=0.0 if dry_run else pause_ratio,
+        on_batch=on_batch,
+    )
     if not dry_run:
         retention_purge_record(
             kind=TASKS_KIND,

@@ -8,6 +8,7 @@ batch and appends an ``audit_purged`` entry with the count and the cutoff.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from dlq.audit import AuditPurgeReport, audit_entries_purge
@@ -24,7 +25,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         older_than = days_option("--older-than", options["older_than"])
-        report = audit_entries_purge(older_than=older_than, dry_run=options["dry_run"])
+        report = audit_entries_purge(
+            older_than=older_than, dry_run=options["dry_run"], pause_ratio=settings.RELIABILITY_PURGE_PAUSE_RATIO
+        )
         self.stdout.write(_summary(report))
 
 
