@@ -1,8 +1,35 @@
-"""The audit log: one append-only entry per operator action, denied and refused ones included."""
+"""The audit log: one append-only entry per operator action, denied and refused ones included.
+
+Entries are kept forever unless ``RELIABILITY_AUDIT_RETENTION_DAYS`` is set;
+then ``audit_entries_purge`` deletes the older ones, the one deletion the
+append-only trigger allows (migration 0009), and audits it in the same
+transaction.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
 from dlq.models import AuditEntry, AuditOutcome
+from tasks.retention import PurgeRun, purge_batches, retention_purge_record
+
+logger = logging.getLogger(__name__)
+
+AUDIT_PURGE_KIND = "audit_entries"
+AUDIT_PURGE_ACTION = "audit_purged"
+# Who the purge's own entries name as the actor.
+RETENTION_ACTOR = "system:retention"
+# Entries per transaction: each is one DELETE and one audit entry saying so.
+AUDIT_PURGE_BATCH_SIZE = 5000
+# A sweeper run purges for at most this long (the sweep it belongs to waits for it).
+SWEEPER_RUN_SECONDS = 5.0
 
 
 def audit_record(
@@ -51,3 +78,115 @@ def audit_denied(
         detail="permission denied",
         client_ip=client_ip,
     )
+
+
+@dataclass(kw_only=True)
+class AuditPurgeReport(PurgeRun):
+    cutoff: datetime
+    dry_run: bool
+    entries: int = 0
+
+    def as_log(self) -> dict:
+        return {
+            "cutoff": self.cutoff.isoformat(),
+            "dry_run": self.dry_run,
+            "entries": self.entries,
+            "batches": self.batches,
+            "seconds": round(self.seconds, 3),
+            "complete": self.complete,
+        }
+
+
+def audit_entries_purge(
+    *,
+    older_than: timedelta,
+    batch_size: int = AUDIT_PURGE_BATCH_SIZE,
+    dry_run: bool = False,
+    max_seconds: float | None = None,
+    pause_ratio: float = 0.0,
+    on_batch: Callable[[PurgeRun], None] | None = None,
+) -> AuditPurgeReport:
+    """Delete audit entries created more than ``older_than`` ago, oldest first, ``batch_size`` per transaction.
+
+    Each transaction deletes one batch and appends an ``audit_purged`` entry
+    with the count and the cutoff: the log records its own purges. With
+    ``dry_run`` it counts the entries it would delete and changes nothing.
+    ``max_seconds``, ``pause_ratio`` and ``on_batch`` as for the task purge
+    (``tasks.retention.purge_batches``).
+    """
+    cutoff = timezone.now() - older_than
+    report = AuditPurgeReport(cutoff=cutoff, dry_run=dry_run)
+
+    def batch(after):
+        if dry_run:
+            found = _old_entries(cutoff, after, batch_size)
+            report.entries += len(found)
+            return found
+        with transaction.atomic():
+            found = _old_entries(cutoff, after, batch_size)
+            if found:
+                report.entries += _delete_audited(cutoff, older_than, [pk for _, pk in found])
+            return found
+
+    purge_batches(
+        run=report,
+        batch=batch,
+        batch_size=batch_size,
+        max_seconds=max_seconds,
+        pause_ratio=0.0 if dry_run else pause_ratio,
+        on_batch=on_batch,
+    )
+    if not dry_run:
+        retention_purge_record(
+            kind=AUDIT_PURGE_KIND,
+            cutoff=cutoff,
+            items=report.entries,
+            rows=report.entries,
+            seconds=report.seconds,
+            complete=report.complete,
+        )
+    if report.entries or dry_run:
+        logger.info("audit entries purged", extra={"event": "audit_entries_purged", **report.as_log()})
+    return report
+
+
+def audit_entries_purge_due() -> int:
+    """The sweeper's chore: one bounded run when ``RELIABILITY_AUDIT_RETENTION_DAYS`` is set; entries deleted."""
+    days = settings.RELIABILITY_AUDIT_RETENTION_DAYS
+    if not days:
+        return 0
+    report = audit_entries_purge(
+        older_than=timedelta(days=days),
+        max_seconds=SWEEPER_RUN_SECONDS,
+        pause_ratio=settings.RELIABILITY_PURGE_PAUSE_RATIO,
+    )
+    return report.entries
+
+
+def _old_entries(cutoff: datetime, after: tuple[datetime, int] | None, batch_size: int) -> list[tuple[datetime, int]]:
+    entries = AuditEntry.objects.filter(created_at__lt=cutoff)
+    if after is not None:
+        # Start where the last batch ended: a run never walks again over the index entries it deleted.
+        created_at, pk = after
+        entries = entries.filter(created_at__gte=created_at).exclude(created_at=created_at, pk__lte=pk)
+    return list(entries.order_by("created_at", "pk").values_list("created_at", "pk")[:batch_size])
+
+
+def _delete_audited(cutoff: datetime, older_than: timedelta, ids: list[int]) -> int:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            # Transaction-local (gone at commit, so nothing leaks through a pooled connection): the trigger lets
+            # this transaction delete entries created before the cutoff, and nothing else.
+            cursor.execute("SELECT set_config('reliability.audit_purge_before', %s, true)", [cutoff.isoformat()])
+    deleted, _ = AuditEntry.objects.filter(pk__in=ids, created_at__lt=cutoff).delete()
+    if deleted:
+        audit_record(
+            actor=RETENTION_ACTOR,
+            action=AUDIT_PURGE_ACTION,
+            target_type="audit_log",
+            target_id=cutoff.isoformat(),
+            outcome=AuditOutcome.SUCCEEDED,
+            reason=f"entries older than {older_than.total_seconds() / 86400:g} days",
+            detail=f"{deleted} entries created before {cutoff.isoformat()} deleted",
+        )
+    return deleted

@@ -1,8 +1,10 @@
-"""Reads for the operator dashboard: task states, dead letters, queues, workers, the sweeper, operator actions.
+"""Reads for the operator dashboard: task states, dead letters, queues, workers, the sweeper, operator actions,
+the data held and the retention purges.
 
 Each figure is one aggregate query bounded by a time window or by DLQ status,
 on an indexed column, so the page costs the same few queries whether the
-tables hold a hundred rows or millions. Redis figures degrade to
+tables hold a hundred rows or millions; the rows held are PostgreSQL's own
+estimates, read from its catalogue in one query. Redis figures degrade to
 "unavailable" rather than failing the page.
 """
 
@@ -13,20 +15,33 @@ import logging
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import connection, models
 from django.db.models import Count, Max, Min, QuerySet
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 from django.utils.html import avoid_wrapping
 from django.utils.timesince import timesince
+from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 from redis.exceptions import RedisError
 from rq import Worker
 
 from dlq.actions import ACTIONS
+from dlq.audit import AUDIT_PURGE_KIND
 from dlq.models import AlertEvent, AlertRule, AlertState, AuditEntry, AuditOutcome, DLQItem, DLQStatus
 from dlq.selectors import FailureGroup
 from tasks.delivery import get_queue
-from tasks.models import SweeperHeartbeat, Task, TaskState
+from tasks.models import (
+    Checkpoint,
+    IdempotencyRecord,
+    RetentionPurge,
+    SideEffect,
+    StepAttempt,
+    SweeperHeartbeat,
+    Task,
+    TaskState,
+)
+from tasks.retention import TASKS_KIND
 
 logger = logging.getLogger(__name__)
 
@@ -336,6 +351,99 @@ def alerts_overview() -> AlertsOverview:
     )
 
 
+# --- data held and retention ------------------------------------------------------------
+
+# The tables that grow with the work done, in the order the page lists them.
+HELD_TABLES: tuple[tuple[str, type[models.Model]], ...] = (
+    (_("Tasks"), Task),
+    (_("Step attempts"), StepAttempt),
+    (_("Checkpoints"), Checkpoint),
+    (_("Side-effect ledger"), SideEffect),
+    (_("Dead-letter items"), DLQItem),
+    (_("Idempotency records"), IdempotencyRecord),
+    (_("Audit entries"), AuditEntry),
+)
+
+
+@dataclass(frozen=True)
+class HeldRows:
+    label: str
+    table: str
+    rows: int
+
+
+@dataclass(frozen=True)
+class PurgeStatus:
+    as_of: dt.datetime
+    retention_days: int  # 0: kept forever
+    last: RetentionPurge | None  # None: never ran
+
+    @property
+    def purged_age(self) -> str:
+        purged_at = self.last.last_purged_at if self.last else None
+        return age_text(since=purged_at, now=self.as_of) if purged_at else ""
+
+    @property
+    def checked_age(self) -> str:
+        return age_text(since=self.last.checked_at, now=self.as_of) if self.last else ""
+
+
+@dataclass(frozen=True)
+class DataHeld:
+    estimated: bool  # PostgreSQL's estimates (planner statistics) rather than counts
+    tables: list[HeldRows]
+    tasks: PurgeStatus
+    audit: PurgeStatus
+
+
+def table_rows(tables: list[str]) -> tuple[dict[str, int], bool]:
+    """Rows per table and whether they are estimates: one catalogue query on PostgreSQL, a count per table else.
+
+    PostgreSQL's estimate is ``pg_class.reltuples``, kept by (auto)vacuum and
+    analyze; a table never analyzed (-1) falls back to the live-row count of
+    the statistics collector. Either costs nothing at any size; neither is
+    exact between two analyzes.
+    """
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            counts = {}
+            for table in tables:
+                cursor.execute(f"SELECT count(*) FROM {connection.ops.quote_name(table)}")
+                counts[table] = cursor.fetchone()[0]
+        return counts, False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT name, CASE WHEN c.reltuples >= 0 THEN c.reltuples ELSE coalesce(s.n_live_tup, 0) END::bigint
+            FROM unnest(%s::text[]) AS name
+            JOIN pg_class AS c ON c.oid = to_regclass(name)
+            LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+            """,
+            [tables],
+        )
+        return dict(cursor.fetchall()), True
+
+
+def data_held(*, now: dt.datetime) -> DataHeld:
+    """Rows held per growing table, the retention settings, and the last purge of tasks and of audit entries."""
+    names = [model._meta.db_table for _label, model in HELD_TABLES]
+    rows, estimated = table_rows(names)
+    purges = {purge.kind: purge for purge in RetentionPurge.objects.filter(kind__in=[TASKS_KIND, AUDIT_PURGE_KIND])}
+    return DataHeld(
+        estimated=estimated,
+        tables=[
+            HeldRows(label=str(label), table=model._meta.db_table, rows=rows.get(model._meta.db_table, 0))
+            for label, model in HELD_TABLES
+        ],
+        tasks=PurgeStatus(
+            as_of=now, retention_days=settings.RELIABILITY_TASK_RETENTION_DAYS, last=purges.get(TASKS_KIND)
+        ),
+        audit=PurgeStatus(
+            as_of=now, retention_days=settings.RELIABILITY_AUDIT_RETENTION_DAYS, last=purges.get(AUDIT_PURGE_KIND)
+        ),
+    )
+
+
 # --- the page ------------------------------------------------------------------------
 
 
@@ -349,6 +457,7 @@ class Dashboard:
     sweeper: SweeperStatus
     operator_activity: OperatorActivity
     alerts: AlertsOverview
+    data: DataHeld
 
 
 def dashboard_snapshot(*, now: dt.datetime | None = None) -> Dashboard:
@@ -363,4 +472,5 @@ def dashboard_snapshot(*, now: dt.datetime | None = None) -> Dashboard:
         sweeper=sweeper_status(now=now),
         operator_activity=operator_activity(now=now),
         alerts=alerts_overview(),
+        data=data_held(now=now),
     )

@@ -162,6 +162,20 @@ RELIABILITY_MAX_REQUEST_BYTES = env.integer("RELIABILITY_MAX_REQUEST_BYTES", 262
 # Django refuses bodies past this before our own 413 check could answer.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(RELIABILITY_MAX_REQUEST_BYTES * 2, 2621440)
 
+# --- Retention ---------------------------------------------------------------------
+# Finished tasks (with their attempts, checkpoints, ledger rows and resolved dead
+# letters) are deleted this many days after they finished; 0 keeps them forever.
+RELIABILITY_TASK_RETENTION_DAYS = env.integer("RELIABILITY_TASK_RETENTION_DAYS", 30, minimum=0)
+# Audit entries older than this many days are deleted (and the deletion audited); 0 keeps them forever.
+RELIABILITY_AUDIT_RETENTION_DAYS = env.integer("RELIABILITY_AUDIT_RETENTION_DAYS", 0, minimum=0)
+# Tasks per purge transaction: each transaction deletes them and every row they own, then commits.
+RELIABILITY_PURGE_BATCH_SIZE = env.integer("RELIABILITY_PURGE_BATCH_SIZE", 500, minimum=1, maximum=10000)
+# The sweeper runs the purges at most this often, each run for a few seconds at most.
+RELIABILITY_PURGE_INTERVAL_SECONDS = env.number("RELIABILITY_PURGE_INTERVAL_SECONDS", 60, minimum=1)
+# After each batch the purges pause this many times as long as the batch took, leaving the
+# database to the workers (1: it works at most half of the time; 0: flat out).
+RELIABILITY_PURGE_PAUSE_RATIO = env.number("RELIABILITY_PURGE_PAUSE_RATIO", 1, minimum=0, maximum=100)
+
 # --- Operator console -------------------------------------------------------------
 RELIABILITY_BULK_APPROVAL_THRESHOLD = env.integer("RELIABILITY_BULK_APPROVAL_THRESHOLD", 100, minimum=1)
 RELIABILITY_BULK_CANARY_SIZE = env.integer("RELIABILITY_BULK_CANARY_SIZE", 10, minimum=1)

@@ -214,11 +214,13 @@ def submit_tasks(env: dict, pipeline: str, count: int, batch: str) -> None:
 
 def count_succeeded(cursor, pipeline: str, batch: str) -> int:
     """How many of the tasks ``submit_tasks`` submitted as ``batch`` succeeded; a BenchError if any ended otherwise."""
+    # By pipeline first: its index keeps this poll (every 20 ms) cheap on a table that holds millions of other
+    # tasks (the purge part's), where scanning them all would load the database under measurement.
     cursor.execute(
         "SELECT count(*) FILTER (WHERE state = 'succeeded'), "
         "count(*) FILTER (WHERE state NOT IN ('succeeded', 'queued', 'running')) "
-        "FROM tasks_task WHERE input->>'batch' = %s",
-        [batch],
+        "FROM tasks_task WHERE pipeline = %s AND input->>'batch' = %s",
+        [pipeline, batch],
     )
     done, other = cursor.fetchone()
     if other:

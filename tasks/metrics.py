@@ -73,6 +73,11 @@ DLQ_ITEMS_RESOLVED = Counter(
     ["pipeline", "resolution"],
 )
 
+TASKS_PURGED = Counter("reliability_tasks_purged", "Finished tasks deleted by the retention purge.")
+ROWS_PURGED = Counter(
+    "reliability_purged_rows", "Rows deleted by the retention purge (tasks and what they own), by table.", ["table"]
+)
+
 
 def safely(record: Callable[[], None]) -> None:
     """Run ``record`` now; a failure is logged, never raised."""
@@ -135,3 +140,16 @@ def dlq_item_created(*, pipeline: str, reason: str, step: str, error_code: str) 
 def dlq_item_resolved(*, pipeline: str, resolution: str, count: int = 1) -> None:
     if count:
         on_commit(lambda: DLQ_ITEMS_RESOLVED.labels(pipeline, resolution).inc(count))
+
+
+def tasks_purged(*, tasks: int, rows: dict[str, int]) -> None:
+    """``tasks`` finished tasks and ``rows`` ({table: rows}, the tasks' own table included) were deleted."""
+
+    def record():
+        TASKS_PURGED.inc(tasks)
+        for table, count in rows.items():
+            if count:
+                ROWS_PURGED.labels(table).inc(count)
+
+    if tasks:
+        on_commit(record)

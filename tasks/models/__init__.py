@@ -1,6 +1,7 @@
 """The engine's durable state, one module per concept; import models from here."""
 
 from tasks.models.dead_letter import UNRESOLVED_STATUSES, DeadLetter, DLQStatus, ResolutionCode
+from tasks.models.retention import RetentionPurge
 from tasks.models.steps import AttemptKind, AttemptOutcome, Checkpoint, EffectStatus, SideEffect, StepAttempt
 from tasks.models.submission import ApiClient, IdempotencyRecord, IdempotencyState
 from tasks.models.sweeper import SweeperHeartbeat
@@ -21,6 +22,7 @@ __all__ = [
     "IdempotencyRecord",
     "IdempotencyState",
     "ResolutionCode",
+    "RetentionPurge",
     "SideEffect",
     "StepAttempt",
     "SweeperHeartbeat",

@@ -9,15 +9,18 @@ from datetime import datetime, timedelta
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.db import connection
 from django.utils import timezone
 from rq import Worker
 
 from dlq.actions import ActionDenied, ActionRefused, dlq_item_act
+from dlq.audit import audit_entries_purge, audit_record
 from dlq.dashboard import GROWTH_HOURS, dlq_hourly_growth
-from dlq.models import DLQItem, DLQStatus
+from dlq.models import AuditEntry, AuditOutcome, DLQItem, DLQStatus
 from dlq.svg_charts import Series, line_chart
 from tasks.delivery import get_queue
-from tasks.models import SweeperHeartbeat, Task, TaskState
+from tasks.models import Checkpoint, RetentionPurge, SideEffect, StepAttempt, SweeperHeartbeat, Task, TaskState
+from tasks.retention import TASKS_KIND, finished_tasks_purge
 from tasks.runner import task_run
 from tasks.services import task_submit
 from tasks.sweeper import sweeper_heartbeat
@@ -27,9 +30,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 URL = "/admin/dashboard/"
 SVG_NS = "{http://www.w3.org/2000/svg}"
 NBSP = "\xa0"  # timesince puts one between a number and its unit
-# Session, user, tasks, open items, growth (two), sweeper, operator actions, alert rules and
-# alert history: fixed whatever the data size.
-PAGE_QUERIES = 10
+# Session, user, tasks, open items, growth (two), sweeper, operator actions, alert rules, alert
+# history, rows held and the last purges: fixed whatever the data size.
+PAGE_QUERIES = 12
 
 
 @pytest.fixture
@@ -357,6 +360,49 @@ def test_the_alerts_section_shows_firing_rules_and_history(admin_client, clean_r
 
 
 # --- robustness ------------------------------------------------------------------------
+
+
+def test_rows_held_are_postgresqls_estimates_and_the_last_purges_are_shown(admin_client, clean_redis, settings):
+    for _ in range(3):
+        task_run(task_id=str(task_submit(pipeline="t_local", input={}).pk), worker="w1")
+    _failed_task()
+    with connection.cursor() as cursor:
+        for table in ("tasks_task", "tasks_stepattempt", "tasks_checkpoint", "tasks_sideeffect", "dlq_dlqitem"):
+            cursor.execute(f"ANALYZE {table}")
+
+    response = admin_client.get(URL)
+
+    data = response.context["dashboard"].data
+    assert data.estimated
+    held = {row.table: row.rows for row in data.tables}
+    assert held["tasks_task"] == Task.objects.count() == 4
+    assert held["tasks_stepattempt"] == StepAttempt.objects.count() > 0
+    assert held["tasks_checkpoint"] == Checkpoint.objects.count() > 0
+    assert held["tasks_sideeffect"] == SideEffect.objects.count() > 0
+    assert held["dlq_dlqitem"] == 1
+    body = response.content.decode()
+    assert "Finished tasks are kept 30 days." in body and "No finished task has been purged yet." in body
+    assert "Audit entries are kept forever." in body
+
+    Task.objects.filter(state=TaskState.SUCCEEDED).update(finished_at=timezone.now() - timedelta(days=31))
+    report = finished_tasks_purge(older_than=timedelta(days=30), batch_size=100)
+    audit_record(actor="a", action="close", target_type="dlqitem", target_id="1", outcome=AuditOutcome.SUCCEEDED)
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
+        cursor.execute("UPDATE dlq_auditentry SET created_at = now() - interval '10 days'")
+        cursor.execute("RESET session_replication_role")
+    audit_entries_purge(older_than=timedelta(days=7))
+    settings.RELIABILITY_AUDIT_RETENTION_DAYS = 7
+
+    body = admin_client.get(URL).content.decode()
+
+    assert f"3 tasks and {report.total_rows} rows in" in body
+    assert 'id="ops-purge-behind"' not in body
+    assert "Audit entries are kept 7 days." in body and "Last audit purge:" in body and "1 entries." in body
+    assert AuditEntry.objects.filter(action="audit_purged").count() == 1
+
+    RetentionPurge.objects.filter(kind=TASKS_KIND).update(caught_up=False)
+    assert 'id="ops-purge-behind"' in admin_client.get(URL).content.decode()
 
 
 def test_the_page_renders_when_redis_is_down(admin_client, clean_redis, redis_server):

@@ -1,4 +1,6 @@
-"""Moving the dead-letter model from the console to the engine moves no data.
+"""Migrations back and forward: the dead letter's move to the engine keeps every row; retention's go and come back.
+
+Moving the dead-letter model from the console to the engine moves no data.
 
 The database is migrated back to where the previous release left it (the
 console owning ``dlq.DLQItem``), filled through that release's models, and
@@ -14,16 +16,20 @@ import uuid
 import pytest
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
-from dlq.models import DLQItem
+from dlq.models import AuditEntry, DLQItem
 from dlq.roles import roles_setup
-from tasks.models import DeadLetter, Task
+from tasks.models import DeadLetter, RetentionPurge, Task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE = [("tasks", "0007_step_progress_without_index_writes"), ("dlq", "0007_dlq_covering_indexes")]
+RETENTION_BEFORE = [
+    ("tasks", "0008_dead_letters_owned_by_the_engine"),
+    ("dlq", "0008_dlqitem_is_a_view_of_the_engines_dead_letter"),
+]
 ITEMS = 25
 
 
@@ -77,3 +83,36 @@ def test_the_operators_permissions_stay_on_the_consoles_content_type():
     retry = Permission.objects.get(content_type=console, codename="retry_dlqitem")
     assert retry.pk in operator_permissions
     assert set(Group.objects.get(name="operator").permissions.values_list("pk", flat=True)) == operator_permissions
+
+
+def _purge_index_valid() -> bool | None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('task_purge_candidates_idx')")
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def _audit_purge_allowed() -> bool:
+    """Whether the audit trigger lets a transaction that names a cutoff delete an entry older than it."""
+    AuditEntry.objects.create(actor="a", action="close", target_type="dlqitem", target_id="1", outcome="succeeded")
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('reliability.audit_purge_before', (now() + '1 day')::text, true)")
+            cursor.execute("DELETE FROM dlq_auditentry")
+        return True
+    except DatabaseError:
+        return False
+
+
+def test_the_retention_migrations_go_back_and_forward():
+    try:
+        old = migrate(RETENTION_BEFORE)
+        with pytest.raises(LookupError):
+            old.get_model("tasks", "RetentionPurge")
+        assert _purge_index_valid() is None
+        assert not _audit_purge_allowed()
+    finally:
+        migrate(latest())
+    assert _purge_index_valid() is True
+    assert _audit_purge_allowed()
+    assert RetentionPurge.objects.count() == 0

@@ -94,3 +94,23 @@ def test_a_bad_setting_stops_manage_py_with_one_readable_line():
     )
     assert result.returncode == 2
     assert result.stderr.strip() == "configuration error: RELIABILITY_LEASE_SECONDS='soon' is not a number"
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "message"),
+    [
+        ("RELIABILITY_TASK_RETENTION_DAYS", "-1", "must be at least 0"),
+        ("RELIABILITY_TASK_RETENTION_DAYS", "a month", "is not an integer"),
+        ("RELIABILITY_AUDIT_RETENTION_DAYS", "7.5", "is not an integer"),
+        ("RELIABILITY_PURGE_BATCH_SIZE", "0", "must be at least 1"),
+        ("RELIABILITY_PURGE_BATCH_SIZE", "100000", "must be at most 10000"),
+        ("RELIABILITY_PURGE_INTERVAL_SECONDS", "0", "must be at least 1"),
+    ],
+)
+def test_a_bad_retention_setting_stops_manage_py_with_one_readable_line(name, raw, message):
+    env = {"PATH": "/usr/bin:/bin", "DJANGO_SECRET_KEY": "x", name: raw}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"configuration error: {name}={raw!r} {message}"
