@@ -15,13 +15,12 @@ Prints every table and writes ``var/bench/latest.json``:
 ``{"floors": [{"name", "value", "floor", "holds"}], "figures": {name: {"value", "unit"}}}`` with the figures
 of all parts run. Floors are reported, never enforced: the exit status is non-zero only when a part crashed.
 ``--skip-engine``, ``--skip-api``, ``--skip-memory``, ``--skip-recovery``, ``--skip-backlog``, ``--skip-purge``
-and ``--skip-console``
-leave a part out.
+and ``--skip-console`` leave a part out.
 
 The console part's own options (``--tasks``, ``--dlq-items``, ``--database``, ``--requests``, ``--redis-url``)
 pass through unchanged; each other part's are the same as its script's with a prefix: ``--engine-jobs``,
-``--api-requests``, ``--memory-tasks``, ``--recovery-samples``, ``--backlog-tasks``, ``--purge-tasks``, ... ``--keep`` and
-``--server-url`` apply to all.
+``--api-requests``, ``--memory-tasks``, ``--recovery-samples``, ``--backlog-tasks``, ``--purge-tasks``, ...
+``--keep`` and ``--server-url`` apply to all.
 Example: ``make bench BENCH_ARGS="--skip-console --skip-engine --recovery-settings short"``.
 """
 
