@@ -7,8 +7,10 @@ import time
 from collections import Counter
 
 import pytest
+from rq import Worker
 
 from dlq.models import DLQItem, DLQStatus
+from tasks.delivery import redis_client
 from tasks.models import AttemptKind, AttemptOutcome, StepAttempt, Task
 from tasks.services import task_submit
 from tests.support import pid_of_owner, wait_for
@@ -172,6 +174,8 @@ def test_a_deadline_passing_during_backoff_fails_without_another_attempt(platfor
         rules=[{"path_prefix": "/v1/reports", "user_id": "fred", "status": 429, "retry_after": 1.5, "times": 10}]
     )
     pool = start_workers(2)
+    # The 4 s deadline starts at submission: workers still starting on a busy machine would eat it.
+    wait_for(lambda: len(Worker.all(connection=redis_client())) >= 2, timeout=60, message="workers to register")
     task = task_submit(pipeline="report", input={"user_id": "fred", "topic": "late"}, deadline=4)
     task = wait_terminal(task, timeout=60, pool=pool)
     assert task.state == "compensated", pool.logs()
