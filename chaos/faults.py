@@ -40,8 +40,10 @@ SECONDS_PER_KILL = 12
 MIN_KILLS = 3
 # How long the zombie stays stopped beyond its lease.
 ZOMBIE_EXTRA_SECONDS = 3.0
-# pg-terminate right after a PostgreSQL restart may first meet sessions the restart ended.
-PG_TERMINATE_TRIES = 3
+# pg-terminate right after a PostgreSQL restart may first meet sessions the restart ended, and PgBouncer
+# refuses logins for a second after one failed (server_login_retry): try a few times, this far apart.
+PG_TERMINATE_TRIES = 5
+PG_TERMINATE_RETRY_SECONDS = 0.5
 # How long PostgreSQL stays down in a restart: a few seconds, longer than a pooler's or a client's first retry.
 PG_DOWN_SECONDS = 3.0
 # Sentinel calls the primary down after 1.5 s, then elects and promotes: seconds, not this many.
@@ -193,11 +195,10 @@ class FaultInjector:
                     (count,) = cursor.fetchone()
                 break
             except DatabaseError:
-                # The campaign's own session may be one a PostgreSQL restart just ended (PgBouncer hands out
-                # each such dead server session once): again, on a new one.
                 if not tries_left:
                     raise
                 connection.close()
+                time.sleep(PG_TERMINATE_RETRY_SECONDS)  # the server or the pooler is still coming back
         self._note("pg-terminate", f"pg_terminate_backend on {count} sessions (workers, sweeper, web)")
 
     def _redis_failover(self) -> None:
