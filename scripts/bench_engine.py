@@ -223,17 +223,19 @@ def bench_engine(
     connection.flushdb()
     batch = uuid.uuid4().hex
     try:
-        submit_tasks(env, pipeline, tasks, batch)
         database = connect(url)
         try:
             with database.cursor() as cursor:
+                cursor.execute("SELECT now()")
+                (since,) = cursor.fetchone()
+                submit_tasks(env, pipeline, tasks, batch)
                 log_path = log_dir / "engine-workers.log"
                 seconds = _drain(
                     connection,
                     ENGINE_QUEUE,
                     tasks,
                     lambda: ManagedProcesses(WORKER_ARGV, processes, env, log_path),
-                    lambda: count_succeeded(cursor, pipeline, batch),
+                    lambda: count_succeeded(cursor, pipeline, batch, since),
                 )
         finally:
             database.close()

@@ -58,7 +58,7 @@ OPTIONS = (
     Option("tasks", type=positive_int, default=1_000_000, help="old finished tasks to seed and purge"),
     Option("steps", type=positive_int, default=4, help="steps of each seeded task (its attempts, checkpoints, ...)"),
     Option("ten_step_tasks", type=positive_int, default=1000, help="bench_noop_10 tasks per drain"),
-    Option("drains", type=positive_int, default=2, help="drains without the purge (the baseline)"),
+    Option("drains", type=positive_int, default=3, help="drains without the purge (the baseline)"),
     Option(
         "pause_ratio",
         type=non_negative_float,
@@ -111,7 +111,7 @@ def run(
     tasks: int = 1_000_000,
     steps: int = 4,
     ten_step_tasks: int = 1000,
-    drains: int = 2,
+    drains: int = 3,
     pause_ratio: float | None = None,
     database: str = "rc_bench_purge",
     keep: bool = False,
