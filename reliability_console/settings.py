@@ -53,6 +53,8 @@ if _devtools is not None and _devtools.origin and Path(_devtools.origin).resolve
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything queries with the request: a NUL character in a URL or form is a 400.
+    "reliability_console.bad_input.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",

@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import re
 import time
 from datetime import timedelta
 
@@ -25,6 +24,7 @@ from tasks.attempts import attempt_run
 from tasks.classify import Classification
 from tasks.context import StepContext
 from tasks.exceptions import LeaseLost, PermanentError, UnknownPipeline
+from tasks.json_text import unstorable_json
 from tasks.leases import Claim, Heartbeat, task_claim
 from tasks.models import AttemptKind, FailureReason, TaskState
 from tasks.outcomes import step_retry_scheduled, step_succeeded, task_failed
@@ -33,8 +33,6 @@ from tasks.pipelines import FailurePolicy, Pipeline
 logger = logging.getLogger(__name__)
 
 DEADLINE_EXCEEDED_CODE = FailureReason.DEADLINE_EXCEEDED.value
-# "\u0000" in JSON text, not preceded by an escaping backslash.
-ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def task_run(*, task_id: str, worker: str) -> str:
@@ -170,7 +168,8 @@ def _json_output(value):
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise PermanentError(f"step output is not JSON-serializable: {exc}", code="output_not_json") from None
-    if ESCAPED_NUL.search(text):
-        # PostgreSQL's jsonb cannot hold a NUL character: refused here, it is the step's failure, not a failed write.
-        raise PermanentError("step output holds a NUL character, which PostgreSQL cannot store", code="output_not_json")
+    problem = unstorable_json(text, value)
+    if problem:
+        # PostgreSQL's jsonb cannot hold it: refused here, it is the step's failure, not a failed write.
+        raise PermanentError(f"step output holds {problem}, which PostgreSQL cannot store", code="output_not_json")
     return value

@@ -27,6 +27,7 @@ from tasks import registry
 from tasks.delivery import deliver_on_commit
 from tasks.exceptions import InvalidTaskInput
 from tasks.idempotency import idempotency_abandon, idempotency_begin, idempotency_complete
+from tasks.json_text import unstorable_json
 from tasks.models import ApiClient, Task
 from tasks.pipelines import Pipeline
 
@@ -166,9 +167,12 @@ def clean_input(spec: Pipeline, data: Any) -> Any:
     """Run the pipeline's own validation; the result must be storable as JSON."""
     cleaned = spec.clean_input(data)
     try:
-        canonical_json(cleaned)
+        text = canonical_json(cleaned)
     except (TypeError, ValueError) as exc:
         raise InvalidTaskInput(f"input is not JSON: {exc}") from None
+    problem = unstorable_json(text, cleaned)
+    if problem:
+        raise InvalidTaskInput(f"input holds {problem}, which cannot be stored")
     return cleaned
 
 

@@ -82,6 +82,8 @@ def local_b(ctx):
         raise PermanentError("refused", code="refused")
     if ctx.input.get("fail_b") == "transient":
         raise TransientError("flaky", code="flaky")
+    if ctx.input.get("unstorable_output"):  # what PostgreSQL's jsonb refuses: a NUL, a lone surrogate
+        return {"b": {"nul": "\x00", "surrogate": chr(0xD800)}[ctx.input["unstorable_output"]]}
     return {"b": 2}
 
 

@@ -12,6 +12,9 @@ from functools import partial
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ERROR_FLAG
+from django.core.exceptions import FieldError
 from django.db.models import Q
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -236,7 +239,12 @@ class DLQItemAdmin(ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     def bulk_filter_view(self, request, action):
         """Act on every item matching the list's current filter, in the background."""
         spec = self._permitted_spec(request, action, "new", bulk=True)
-        matching = self._changelist_for_query(request).queryset.order_by("-created_at")
+        try:
+            matching = self._changelist_for_query(request).queryset.order_by("-created_at")
+        except (IncorrectLookupParameters, FieldError):
+            # As the list itself answers a filter it cannot apply: back to the list, with a message.
+            messages.error(request, _("That filter is not valid; nothing was selected."))
+            return HttpResponseRedirect(f"{reverse('admin:dlq_dlqitem_changelist')}?{ERROR_FLAG}=1")
         error = ""
         if request.method == "POST":
             ids = list(matching.values_list("pk", flat=True)[: MAX_ITEMS + 1])

@@ -9,6 +9,7 @@ from django.conf import settings
 from ninja.parser import Parser
 
 from tasks.api.errors import ApiError
+from tasks.json_text import unstorable_json
 
 # Deeper bodies are refused before Python's recursion limit could be reached.
 MAX_NESTING = 64
@@ -60,6 +61,9 @@ def read_json_body(request) -> Any:
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
     if _depth(value, MAX_NESTING) > MAX_NESTING:
         raise ApiError(400, "invalid_json", f"the body is nested deeper than {MAX_NESTING} levels")
+    problem = unstorable_json(text, value)
+    if problem:
+        raise ApiError(400, "validation_error", f"the body holds {problem}, which cannot be stored", {"body": problem})
     return value
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import re
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Header, NinjaAPI, Path, Query
@@ -41,6 +44,7 @@ from tasks.selectors import (
 logger = logging.getLogger(__name__)
 
 IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7E]{1,255}$"
+IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 ERRORS = {400: ErrorOut, 401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 415: ErrorOut, 422: ErrorOut}
 
 
@@ -121,7 +125,9 @@ def list_tasks(
     summary="What an idempotency key of this client maps to",
 )
 def get_idempotency_key(request: HttpRequest, key: str = Path(..., max_length=255)):
-    record = idempotency_record_for_client(client=request.auth, key=key)
+    record = None
+    if IDEMPOTENCY_KEY.fullmatch(key):  # a key no request could have used has no record
+        record = idempotency_record_for_client(client=request.auth, key=key)
     if record is None:
         raise ApiError(404, "not_found", "no record for this idempotency key (never used, or expired)")
     return _json(
@@ -206,6 +212,13 @@ def on_database_unavailable(request, exc):
     return response
 
 
+def on_body_too_large(request, exc):
+    # django-ninja reads the body before our parser can check its declared size.
+    limit = settings.RELIABILITY_MAX_REQUEST_BYTES
+    return error_response(413, "payload_too_large", f"the body must be at most {limit} bytes", {"limit": limit})
+
+
+api.add_exception_handler(RequestDataTooBig, on_body_too_large)
 api.add_exception_handler(OperationalError, on_database_unavailable)
 api.add_exception_handler(InterfaceError, on_database_unavailable)
 
