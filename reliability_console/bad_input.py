@@ -1,4 +1,7 @@
-"""Refuse requests whose URL or form fields hold a NUL character, before any view queries with them.
+"""Bad input in admin and API URLs answers a 4xx, never a 500.
+
+``RejectNulMiddleware`` refuses requests whose URL or form fields hold a NUL
+character, before any view queries with them.
 
 PostgreSQL text cannot hold (or even compare against) a NUL character: a
 filter, lookup or path segment with one raises from the database driver, a
@@ -6,17 +9,36 @@ filter, lookup or path segment with one raises from the database driver, a
 request is malformed as a whole: a 400 before any view runs, JSON with the
 API's error shape under ``/api/``, Django's plain 400 page elsewhere.
 Request bodies of the API are checked by its own parser (tasks.api.parser).
+
+``InvalidFilterMiddleware`` gives the admin's own answer to a filter it cannot
+apply. The admin allows any lookup on a model's own fields (``?x__range=1``,
+``?ip__gt=-1``, ``?name__regex=(``); Django turns the errors it meets while
+*building* the query into its "invalid filter" redirect, but a value the
+database refuses (an inet, a regular expression) or a lookup that fails only
+when the SQL is compiled raises later, while the page renders. Such an error
+on a GET of an admin page with a query string is that filter's fault: the
+same redirect, with a message, and a warning in the log.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.contrib import messages
+from django.contrib.admin.views.main import ERROR_FLAG
+from django.core.exceptions import FieldError, ValidationError
+from django.db import DataError
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
+from django.utils.translation import gettext as _
 
 from tasks.api.errors import error_response
 
+logger = logging.getLogger(__name__)
+
 NUL = "\x00"
+# What a filter value the database or the SQL compiler cannot use raises.
+FILTER_ERRORS = (DataError, FieldError, ValidationError, ValueError, TypeError, IndexError)
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
@@ -50,3 +72,24 @@ class RejectNulMiddleware:
             return _holds_nul(request.POST)
         except Exception:
             return False
+
+
+class InvalidFilterMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        filtered = request.method in ("GET", "HEAD") and request.path.startswith("/admin/") and request.GET
+        if not filtered or not isinstance(exception, FILTER_ERRORS):
+            return None
+        logger.warning(
+            "admin filter could not be applied",
+            extra={"event": "admin_invalid_filter", "path": request.path, "error_class": type(exception).__name__},
+        )
+        if ERROR_FLAG in request.GET:  # already the plain list: do not redirect in a loop
+            return HttpResponseBadRequest(_("That filter cannot be applied."), content_type="text/plain")
+        messages.error(request, _("That filter cannot be applied; showing the list without it."))
+        return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")

@@ -62,6 +62,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # A filter the admin accepted but the database refuses: the admin's "invalid filter" redirect.
+    "reliability_console.bad_input.InvalidFilterMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as django-axes asks: it throttles repeated failed logins.
     "axes.middleware.AxesMiddleware",

@@ -144,3 +144,19 @@ ADMIN_LISTS = [
 def test_admin_lists_answer_bad_query_strings_without_a_500(admin_client, path, query):
     response = admin_client.get(f"{path}?{query}")
     assert response.status_code in {200, 302, 400, 404}, (path, query, response.status_code)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "/admin/dlq/auditentry/?client_ip__gt=-1",  # an inet PostgreSQL refuses
+        "/admin/tasks/task/?pipeline__regex=%28",  # a regular expression PostgreSQL refuses
+        "/admin/dlq/dlqitem/?status__range=1",  # a lookup that fails only when the SQL is compiled
+    ],
+)
+def test_a_filter_the_database_refuses_is_the_admins_invalid_filter_redirect(admin_client, query):
+    response = admin_client.get(query)
+    assert response.status_code == 302 and response["Location"].endswith("?e=1")
+    page = admin_client.get(response["Location"])
+    assert page.status_code == 200
+    assert "That filter cannot be applied" in page.content.decode()
