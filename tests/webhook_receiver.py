@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import json
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -24,9 +25,19 @@ class Received:
     def idempotency_key(self) -> str:
         return self.headers.get("idempotency-key", "")
 
-    def signature_valid(self, secret: str) -> bool:
-        expected = "sha256=" + hmac.new(secret.encode(), self.body, hashlib.sha256).hexdigest()
-        return hmac.compare_digest(self.headers.get("x-reliability-signature", ""), expected)
+    def signature_valid(self, secret: str, tolerance: float = 300, now: float | None = None) -> bool:
+        # The README's verification, written out here so the test does not trust the code it checks.
+        parts = dict(
+            part.split("=", 1) for part in self.headers.get("reliability-signature", "").split(",") if "=" in part
+        )
+        if not parts.get("t", "").isdigit():
+            return False
+        timestamp = int(parts["t"])
+        if abs((time.time() if now is None else now) - timestamp) > tolerance:
+            return False
+        signed = f"{timestamp}.{self.idempotency_key}.".encode() + self.body
+        expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+        return hmac.compare_digest(parts.get("v1", ""), expected)
 
 
 class WebhookReceiver:

@@ -2,13 +2,12 @@
 
 The body is built only from the stored event (no clock, no randomness), so
 every retry sends the same bytes under the same idempotency key; receivers
-verify ``X-Reliability-Signature: sha256=<hex HMAC-SHA256 of the body>``.
+verify ``Reliability-Signature: t=…,v1=…`` (tasks.signing), which each attempt
+signs afresh with its own time.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 from urllib.parse import urlencode
@@ -20,10 +19,9 @@ from django.urls import reverse
 
 from dlq.alerting.models import AlertChannel, AlertChannelKind, AlertEvent
 from tasks.exceptions import PermanentError, TransientError
+from tasks.signing import SIGNATURE_HEADER, signature_header
 
 logger = logging.getLogger("dlq.alerts")
-
-SIGNATURE_HEADER = "X-Reliability-Signature"
 
 
 def _absolute(path: str) -> str:
@@ -70,10 +68,6 @@ def body_bytes(document: dict) -> bytes:
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def signature(secret: str, body: bytes) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
 def channel_send(*, channel: AlertChannel, event: AlertEvent, idempotency_key: str, timeout: float) -> None:
     """Send ``event`` on ``channel``; raise TransientError (retry) or PermanentError (give up)."""
     payload = notification_payload(event)
@@ -101,7 +95,9 @@ def _post(channel: AlertChannel, body: bytes, idempotency_key: str, timeout: flo
         raise PermanentError(f"channel {channel.name!r} has no URL", code="alert_no_url")
     headers = {"Content-Type": "application/json", "Idempotency-Key": idempotency_key}
     if channel.secret:
-        headers[SIGNATURE_HEADER] = signature(channel.secret, body)
+        headers[SIGNATURE_HEADER] = signature_header(
+            secrets=[channel.secret], body=body, idempotency_key=idempotency_key
+        )
     try:
         response = requests.post(channel.url, data=body, headers=headers, timeout=max(0.5, timeout))
     except requests.Timeout as exc:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -258,6 +260,12 @@ def test_webhook_body_is_signed_and_links_to_the_items(webhook_receiver, setting
     assert [task.state for task in _deliver(event)] == ["succeeded"]
     (received,) = webhook_receiver.accepted()
     assert received.signature_valid("s3cret") and not received.signature_valid("other")
+    # The time and the idempotency key are signed: a replay later, or under another key, does not verify.
+    signed_at = int(dict(p.split("=", 1) for p in received.headers["reliability-signature"].split(","))["t"])
+    assert abs(signed_at - time.time()) < 60
+    assert not received.signature_valid("s3cret", now=signed_at + 301)
+    assert not replace(received, headers={**received.headers, "idempotency-key": "other"}).signature_valid("s3cret")
+    assert "x-reliability-signature" not in received.headers  # the body-only signature is gone
     body = received.json
     assert body["status"] == "firing" and body["rule"]["name"] == r.name
     assert body["value"] == 1 and body["threshold"] == 0
