@@ -155,6 +155,7 @@ class Deployment:
                 "REPORT_PLATFORM_URL": self.simulator_url,
                 "DJANGO_SECRET_KEY": env.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50),
                 "DJANGO_DEBUG": "0",
+                "DJANGO_SECURE_HTTPS": "0",  # plain HTTP on 127.0.0.1
                 "RELIABILITY_PIPELINE_MODULES": "tasks.demo.report_pipeline",
                 "RELIABILITY_LEASE_SECONDS": str(self.settings.lease_seconds),
                 "RELIABILITY_SWEEP_INTERVAL_SECONDS": str(self.settings.sweep_interval),

@@ -221,3 +221,16 @@ def validate_directory(name: str, path: str) -> str:
     if not os.access(directory, os.W_OK):
         raise ImproperlyConfigured(f"{name}={path!r} is not writable")
     return str(directory)
+
+
+def proxy_ssl_header(raw: str) -> tuple[str, str] | None:
+    """``"X-Forwarded-Proto: https"`` as Django's ``SECURE_PROXY_SSL_HEADER``; empty is ``None``."""
+    if not raw:
+        return None
+    name, separator, value = raw.partition(":")
+    name, value = name.strip(), value.strip()
+    if not separator or not name or not value or not all(c.isalnum() or c == "-" for c in name):
+        raise ImproperlyConfigured(
+            f"DJANGO_SECURE_PROXY_SSL_HEADER={raw!r} is not '<Header-Name>: <value>' (e.g. 'X-Forwarded-Proto: https')"
+        )
+    return "HTTP_" + name.upper().replace("-", "_"), value

@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from reliability_console.config import (
     Env,
     database_config,
+    proxy_ssl_header,
     redis_connection_config,
     validate_database_pooler,
     validate_directory,
@@ -31,6 +32,20 @@ if not SECRET_KEY:
     SECRET_KEY = "insecure-development-key-only-for-DJANGO_DEBUG-1"
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+# HTTPS: on unless DJANGO_DEBUG is on or DJANGO_SECURE_HTTPS=0 turns it off (a plain-HTTP run on
+# 127.0.0.1, such as `make run`). Behind a TLS-terminating proxy, DJANGO_SECURE_PROXY_SSL_HEADER names
+# the header it sets, or every request looks like plain HTTP and is redirected again and again.
+SECURE_HTTPS = env.bool("DJANGO_SECURE_HTTPS", not DEBUG)
+SECURE_PROXY_SSL_HEADER = proxy_ssl_header(env.str("DJANGO_SECURE_PROXY_SSL_HEADER"))
+SECURE_SSL_REDIRECT = SECURE_HTTPS
+SESSION_COOKIE_SECURE = SECURE_HTTPS
+CSRF_COOKIE_SECURE = SECURE_HTTPS
+SECURE_HSTS_SECONDS = env.integer("DJANGO_SECURE_HSTS_SECONDS", 31_536_000, minimum=0) if SECURE_HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", True)
+# Prometheus and load-balancer probes often speak plain HTTP inside the network.
+SECURE_REDIRECT_EXEMPT = env.list("DJANGO_SECURE_REDIRECT_EXEMPT", [])
 
 INSTALLED_APPS = [
     "django.contrib.admin",

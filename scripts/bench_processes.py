@@ -68,6 +68,7 @@ def project_env(url: str, redis_url: str, **settings: str) -> dict:
         "DATABASE_URL": url,
         "REDIS_URL": redis_url,
         "DJANGO_DEBUG": "0",
+        "DJANGO_SECURE_HTTPS": "0",  # plain HTTP on 127.0.0.1
         "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
         "RELIABILITY_ENABLE_BENCH_PIPELINES": "1",
         "PYTHONUNBUFFERED": "1",

@@ -134,6 +134,8 @@ def main() -> int:
     env["RELIABILITY_VAR_DIR"] = str(var_dir)
     env.setdefault("DJANGO_SECRET_KEY", secret_key(var_dir))
     env.setdefault("DJANGO_DEBUG", "0")
+    # A local run serves plain HTTP on 127.0.0.1: no HTTPS redirect, no secure-only cookies.
+    env.setdefault("DJANGO_SECURE_HTTPS", "0")
     env["PYTHONUNBUFFERED"] = "1"
     web_port = free_port(int(env.get("PORT", "8000")))
     # /metrics for a local Prometheus: this run's processes share a fresh multiprocess

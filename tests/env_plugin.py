@@ -85,6 +85,8 @@ _server: TestRedis | None = None
 def pytest_load_initial_conftests(early_config, parser, args) -> None:
     global _server
     os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-secret-key-not-for-production")
+    # The test client and the test servers speak plain HTTP on 127.0.0.1 (test_deploy_settings turns it on).
+    os.environ.setdefault("DJANGO_SECURE_HTTPS", "0")
     os.environ.setdefault("RELIABILITY_PIPELINE_MODULES", "tasks.demo.report_pipeline,tests.pipelines")
     _server = TestRedis()
     _server.start()
