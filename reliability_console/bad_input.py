@@ -11,7 +11,7 @@ API's error shape under ``/api/``, Django's plain 400 page elsewhere.
 Request bodies of the API are checked by its own parser (tasks.api.parser).
 
 ``InvalidFilterMiddleware`` gives the admin's own answer to a filter it cannot
-apply. The admin allows any lookup on a model's own fields (``?x__range=1``,
+apply (a NUL character in a filter value too). The admin allows any lookup on a model's own fields (``?x__range=1``,
 ``?ip__gt=-1``, ``?name__regex=(``); Django turns the errors it meets while
 *building* the query into its "invalid filter" redirect, but a value the
 database refuses (an inet, a regular expression) or a lookup that fails only
@@ -46,6 +46,10 @@ def _holds_nul(query) -> bool:
     return any(NUL in key or any(NUL in value for value in values) for key, values in query.lists())
 
 
+def _is_admin_filter(request: HttpRequest) -> bool:
+    return request.method in ("GET", "HEAD") and request.path.startswith("/admin/") and bool(request.GET)
+
+
 def _is_form(request: HttpRequest) -> bool:
     return request.META.get("CONTENT_TYPE", "").split(";")[0].strip().lower() in FORM_TYPES
 
@@ -55,6 +59,8 @@ class RejectNulMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if _is_admin_filter(request) and NUL not in request.path:
+            return self.get_response(request)  # a filter of an admin list: InvalidFilterMiddleware answers it
         in_url = NUL in request.path or _holds_nul(request.GET)
         # Only forms are read here (the API's JSON bodies have their own checks);
         # a form over the upload limit is left for Django to refuse as it does.
@@ -79,15 +85,20 @@ class InvalidFilterMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if _is_admin_filter(request) and _holds_nul(request.GET):
+            return self._invalid_filter(request, "NUL")
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        filtered = request.method in ("GET", "HEAD") and request.path.startswith("/admin/") and request.GET
-        if not filtered or not isinstance(exception, FILTER_ERRORS):
+        if not _is_admin_filter(request) or not isinstance(exception, FILTER_ERRORS):
             return None
+        return self._invalid_filter(request, type(exception).__name__)
+
+    @staticmethod
+    def _invalid_filter(request: HttpRequest, error_class: str) -> HttpResponse:
         logger.warning(
             "admin filter could not be applied",
-            extra={"event": "admin_invalid_filter", "path": request.path, "error_class": type(exception).__name__},
+            extra={"event": "admin_invalid_filter", "path": request.path, "error_class": error_class},
         )
         if ERROR_FLAG in request.GET:  # already the plain list: do not redirect in a loop
             return HttpResponseBadRequest(_("That filter cannot be applied."), content_type="text/plain")

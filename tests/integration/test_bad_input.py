@@ -152,6 +152,8 @@ def test_admin_lists_answer_bad_query_strings_without_a_500(admin_client, path, 
         "/admin/dlq/auditentry/?client_ip__gt=-1",  # an inet PostgreSQL refuses
         "/admin/tasks/task/?pipeline__regex=%28",  # a regular expression PostgreSQL refuses
         "/admin/dlq/dlqitem/?status__range=1",  # a lookup that fails only when the SQL is compiled
+        "/admin/dlq/dlqitem/?pipeline=a%00b",  # text PostgreSQL cannot even compare with
+        "/admin/dlq/dlqitem/?fingerprint=a%00b",
     ],
 )
 def test_a_filter_the_database_refuses_is_the_admins_invalid_filter_redirect(admin_client, query):
@@ -160,3 +162,19 @@ def test_a_filter_the_database_refuses_is_the_admins_invalid_filter_redirect(adm
     page = admin_client.get(response["Location"])
     assert page.status_code == 200
     assert "That filter cannot be applied" in page.content.decode()
+
+
+def test_a_nul_character_in_an_admin_form_is_a_400_and_changes_nothing(admin_client):
+    from dlq.models import AuditEntry, DLQItem
+
+    task = task_submit(pipeline="t_local", input={"fail_b": "permanent"})
+    task_run(task_id=str(task.pk), worker="w1")
+    item = DLQItem.objects.get(task=task)
+    before, status = AuditEntry.objects.count(), item.status
+    response = admin_client.post(
+        f"/admin/dlq/dlqitem/{item.pk}/act/close/", {"reason": "dup\x00licate", "resolution": "duplicate"}
+    )
+    assert response.status_code == 400
+    assert AuditEntry.objects.count() == before
+    item.refresh_from_db()
+    assert item.status == status and item.resolved_at is None
