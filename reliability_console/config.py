@@ -14,6 +14,8 @@ from urllib.parse import urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
+from reliability_console.sentinel import SentinelConnection, SentinelSSLConnection
+
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
 
@@ -171,8 +173,12 @@ def redis_connection_config(
         "PASSWORD": parsed.password,
         "USERNAME": parsed.username or None,
         "SOCKET_TIMEOUT": socket_timeout,
-        # A dead primary must fail fast so that the client asks Sentinel again.
-        "CONNECTION_KWARGS": {"socket_connect_timeout": 2, "ssl": parsed.scheme == "rediss"},
+        # A dead primary must fail fast so that the client asks Sentinel again; an interrupted
+        # read (SIGTERM during an idle worker's BLPOP) must close the connection (sentinel.py).
+        "CONNECTION_KWARGS": {
+            "socket_connect_timeout": 2,
+            "connection_class": SentinelSSLConnection if parsed.scheme == "rediss" else SentinelConnection,
+        },
         "SENTINEL_KWARGS": {"socket_timeout": 2, "socket_connect_timeout": 2},
     }
     if sentinel_password:

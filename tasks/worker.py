@@ -12,7 +12,7 @@ import logging
 
 from rq.job import Job
 from rq.serializers import JSONSerializer
-from rq.worker import SimpleWorker
+from rq.worker import SimpleWorker, WorkerStatus
 
 logger = logging.getLogger(__name__)
 
@@ -49,3 +49,12 @@ class ReliabilityWorker(SimpleWorker):
         kwargs["serializer"] = JSONSerializer
         kwargs.setdefault("job_class", ReliabilityJob)
         super().__init__(*args, **kwargs)
+
+    def _shutdown(self) -> None:
+        # An idle worker's SIGTERM handler raises StopRequested wherever the main thread is. Raised inside a
+        # finalizer (a connection pool's __del__ during registry cleaning) it is printed and ignored, and
+        # RQ's loop, which only checks the flag for a busy worker, waited for its next job. With the flag
+        # set too, the loop stops at its next check.
+        if self.get_state() != WorkerStatus.BUSY:
+            self._stop_requested = True
+        super()._shutdown()

@@ -13,7 +13,9 @@ import os
 import time
 from collections import Counter, defaultdict
 
+import django_rq
 import pytest
+from rq import Worker
 
 from chaos.topology import SentinelRedis
 from reliability_console.config import redis_connection_config
@@ -109,3 +111,24 @@ def test_tasks_finish_exactly_once_when_sentinel_promotes_a_replica_mid_run(
     assert Counter(report["task_id"] for report in state["reports"]) == Counter({str(pk): 1 for pk in ids})
     assert Counter(note["task_id"] for note in state["notifications"]) == Counter({str(pk): 1 for pk in ids})
     assert sorted(file["task_id"] for file in state["files"].values()) == sorted(str(pk) for pk in ids)
+
+
+def test_an_idle_worker_under_sentinel_stops_promptly_on_sigterm(sentinel_redis, start_workers):
+    # Before the connection class of reliability_console.sentinel, an idle worker's interrupted BLPOP left its
+    # reply on the connection and the worker hung in its own shutdown until that wait timed out (minutes).
+    pool = start_workers(1, **sentinel_redis.env())
+    (worker,) = pool.workers
+    wait_for(lambda: "Listening on" in worker.tail(4000), timeout=60, message="the worker to listen")
+    connection = django_rq.get_connection("default")  # through the Sentinels (the fixture's settings)
+
+    def idle_in_blpop():
+        workers = Worker.all(connection=connection)
+        # RQ marks the worker idle just before it blocks in BLPOP, after its registry cleaning.
+        return (
+            workers and all(w.get_state() == "idle" for w in workers) and "cleaning group registries" in worker.tail()
+        )
+
+    wait_for(idle_in_blpop, timeout=30, message="the worker to wait idle for a job")
+    worker.terminate()  # SIGTERM: a warm shutdown
+    wait_for(lambda: not worker.alive(), timeout=10, message="the idle worker to exit after SIGTERM")
+    assert "warm shut down requested" in worker.tail(4000)

@@ -14,6 +14,7 @@ from reliability_console.config import (
     validate_http_url,
     validate_redis_url,
 )
+from reliability_console.sentinel import SentinelConnection, SentinelSSLConnection
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -70,6 +71,9 @@ def test_redis_through_sentinel():
     assert config["SENTINELS"] == [("10.0.0.1", 26379), ("::1", 26380)]
     assert (config["MASTER_NAME"], config["DB"], config["PASSWORD"]) == ("rc", 3, "pw")
     assert config["SENTINEL_KWARGS"]["password"] == "sp"
+    assert config["CONNECTION_KWARGS"]["connection_class"] is SentinelConnection
+    secure = redis_connection_config("rediss://h:6379/0", sentinels=["h:26379"], master="rc")
+    assert secure["CONNECTION_KWARGS"]["connection_class"] is SentinelSSLConnection
     with pytest.raises(ImproperlyConfigured, match="REDIS_SENTINEL_MASTER"):
         redis_connection_config("redis://h/0", sentinels=["h:26379"], master="")
     with pytest.raises(ImproperlyConfigured, match="'h' is not host:port"):
