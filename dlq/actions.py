@@ -90,12 +90,6 @@ class ActionResult:
     state_after: str
 
 
-@dataclass(frozen=True)
-class SelectionResult:
-    done: int
-    refused: int
-
-
 def action_available(*, item: DLQItem, action: str) -> bool:
     spec = ACTIONS[action]
     return item.status != DLQStatus.RESOLVED and item.task.state in spec.allowed_task_states
@@ -178,32 +172,6 @@ def dlq_item_act(
             raise ActionRefused(str(exc)) from None
         raise
     return ActionResult(item_id=item_id, action=action, state_before=before, state_after=after)
-
-
-def dlq_items_act(
-    *, item_ids: list[int], action: str, actor, reason: str, client_ip: str | None = None, resolution_code: str = ""
-) -> SelectionResult:
-    """Apply ``action`` to each of ``item_ids`` in turn (the console's "selected rows"), each audited.
-
-    An item someone else already acted on, or in the wrong state, is counted
-    as refused; a missing permission or reason stops at the first item.
-    """
-    done = refused = 0
-    for item_id in item_ids:
-        try:
-            dlq_item_act(
-                item_id=item_id,
-                action=action,
-                actor=actor,
-                reason=reason,
-                client_ip=client_ip,
-                resolution_code=resolution_code,
-            )
-        except ActionRefused:
-            refused += 1
-        else:
-            done += 1
-    return SelectionResult(done=done, refused=refused)
 
 
 def _apply(action: str, task: Task, reason: str, resolution_code: str) -> str:

@@ -1,6 +1,8 @@
-"""Bulk actions by filter, with a blast-radius limit.
+"""Bulk actions, by filter or on selected rows, with a blast-radius limit.
 
-A bulk action freezes the ids of the items matching a filter, then works
+A bulk action freezes the ids of the items matching a filter (or the rows an
+operator selected: two or more selected items are a bulk action, with every
+rule below; one is a single action), then works
 through them in the background: first a canary batch, which stops the whole
 operation when its failure rate passes the threshold, then the rest at a
 rate limit. An operator can pause, resume or cancel it; one over
@@ -28,7 +30,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
-from dlq.actions import ACTIONS, ActionDenied, ActionRefused, ReasonRequired, dlq_item_act
+from dlq.actions import ACTIONS, ActionDenied, ActionRefused, ActionResult, ReasonRequired, dlq_item_act
 from dlq.audit import audit_denied, audit_record
 from dlq.models import AuditOutcome, BulkOperation, BulkStatus, ResolutionCode
 from tasks.delivery import get_queue
@@ -115,6 +117,44 @@ def bulk_operation_request(
         if not needs_approval:
             transaction.on_commit(lambda: bulk_operation_deliver(operation_id=operation.pk))
     return operation
+
+
+def dlq_selection_act(
+    *,
+    actor,
+    action: str,
+    item_ids: list[int],
+    reason: str,
+    resolution_code: str = "",
+    client_ip: str | None = None,
+    query: str = "",
+) -> ActionResult | BulkOperation:
+    """The console's "selected rows": one item is a single action, two or more a bulk operation over exactly them.
+
+    Acting on many items at once is what the bulk rules exist for, however
+    the items were chosen: the bulk permission, a second supervisor over
+    ``RELIABILITY_BULK_APPROVAL_THRESHOLD`` items, the canary, the rate limit.
+    ``query`` is the selection's query string, recorded as the operation's filter.
+    """
+    ids = list(dict.fromkeys(item_ids))
+    if len(ids) == 1:
+        return dlq_item_act(
+            item_id=ids[0],
+            action=action,
+            actor=actor,
+            reason=reason,
+            client_ip=client_ip,
+            resolution_code=resolution_code,
+        )
+    return bulk_operation_request(
+        actor=actor,
+        action=action,
+        item_ids=ids,
+        filter_query=query,
+        reason=reason,
+        resolution_code=resolution_code,
+        client_ip=client_ip,
+    )
 
 
 def bulk_operation_approve(*, actor, operation_id: int, client_ip: str | None = None) -> BulkOperation:
