@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from dlq.audit import audit_denied, audit_record
+from dlq.audit import REASON_MAX_LENGTH, audit_denied, audit_record
 from dlq.models import AuditOutcome, DLQItem, DLQStatus, ResolutionCode
 from tasks.exceptions import ReliabilityError, TaskNotActionable
 from tasks.models import Task, TaskState
@@ -27,7 +27,8 @@ from tasks.services import (
     task_retry_from_start,
 )
 
-MAX_REASON_LENGTH = 2000
+# A reason is what the audit log keeps of an action (also the item's resolution note): one limit for both.
+MAX_REASON_LENGTH = REASON_MAX_LENGTH
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ def dlq_item_act(
         raise ReasonRequired(gettext("the reason must be at most %(n)d characters") % {"n": MAX_REASON_LENGTH})
     if action == "close" and resolution_code not in ResolutionCode.values:
         raise ReasonRequired(gettext("choose a resolution code"))
+    resolution_code = resolution_code if action == "close" else ""  # only a close has one; never store stray input
     try:
         with transaction.atomic():
             item = DLQItem.objects.select_for_update().filter(pk=item_id).first()

@@ -30,8 +30,16 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
-from dlq.actions import ACTIONS, ActionDenied, ActionRefused, ActionResult, ReasonRequired, dlq_item_act
-from dlq.audit import audit_denied, audit_record
+from dlq.actions import (
+    ACTIONS,
+    MAX_REASON_LENGTH,
+    ActionDenied,
+    ActionRefused,
+    ActionResult,
+    ReasonRequired,
+    dlq_item_act,
+)
+from dlq.audit import audit_denied, audit_record, text_bounded
 from dlq.models import AuditOutcome, BulkOperation, BulkStatus, ResolutionCode
 from tasks.delivery import get_queue
 from tasks.exceptions import ReliabilityError
@@ -56,6 +64,10 @@ COMMANDS_BY_STATUS = {
 # One job works for about this long, then hands over to the next (keeps a worker free for tasks).
 SLICE_SECONDS = 2.0
 MAX_ITEMS = 100_000
+# Each item's reason is the operation's with this in front; room is kept for an id of up to 10 digits.
+BULK_REASON_PREFIX = "[bulk #{id}] "
+BULK_REASON_MAX_LENGTH = MAX_REASON_LENGTH - len(BULK_REASON_PREFIX.format(id=10**10 - 1))
+MAX_FILTER_QUERY_LENGTH = 2000
 STALE_AFTER_SECONDS = 30
 
 
@@ -91,6 +103,12 @@ def bulk_operation_request(
     reason = (reason or "").strip()
     if not reason:
         raise ReasonRequired(gettext("give a reason: it goes into the audit log"))
+    if len(reason) > BULK_REASON_MAX_LENGTH:
+        # Checked here, prefix included: found item by item, it would fail every item instead.
+        raise ReasonRequired(
+            gettext("the reason of a bulk action must be at most %(n)d characters (each item's adds the bulk number)")
+            % {"n": BULK_REASON_MAX_LENGTH}
+        )
     if action == "close" and resolution_code not in ResolutionCode.values:
         raise ReasonRequired(gettext("choose a resolution code"))
     if not item_ids:
@@ -101,10 +119,10 @@ def bulk_operation_request(
     with transaction.atomic():
         operation = BulkOperation.objects.create(
             action=action,
-            filter_query=filter_query[:2000],
+            filter_query=text_bounded(filter_query, MAX_FILTER_QUERY_LENGTH),
             item_ids=list(item_ids),
             reason=reason,
-            resolution_code=resolution_code,
+            resolution_code=resolution_code if action == "close" else "",
             requested_by=username,
             status=BulkStatus.AWAITING_APPROVAL if needs_approval else BulkStatus.RUNNING,
             total=len(item_ids),
@@ -309,7 +327,7 @@ def _act_on(operation: BulkOperation, item_id: int) -> bool:
             item_id=item_id,
             action=operation.action,
             actor=user,
-            reason=f"[bulk #{operation.pk}] {operation.reason}",
+            reason=BULK_REASON_PREFIX.format(id=operation.pk) + operation.reason,
             client_ip=operation.client_ip,
             resolution_code=operation.resolution_code,
             bulk_operation_id=operation.pk,

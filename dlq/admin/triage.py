@@ -21,7 +21,7 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince
 from django.utils.translation import gettext_lazy as _
 
-from dlq.actions import ACTIONS, ActionResult, OperatorAction, action_available, dlq_item_act
+from dlq.actions import ACTIONS, MAX_REASON_LENGTH, ActionResult, OperatorAction, action_available, dlq_item_act
 from dlq.admin.common import ServiceViewMixin, deny, operator_form
 from dlq.bulk import BULK_PERMISSION, MAX_ITEMS, bulk_operation_request, dlq_selection_act
 from dlq.models import BulkOperation, BulkStatus, DLQItem, DLQStatus, ResolutionCode
@@ -272,7 +272,8 @@ class DLQItemAdmin(ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
             "available": True,
             "resolution_codes": ResolutionCode.choices,
             "error": error,
-            "reason": request.POST.get("reason", ""),
+            # Shown again after a form error: never more than may be stored (a refused reason may be longer).
+            "reason": request.POST.get("reason", "")[:MAX_REASON_LENGTH],
             "cancel_url": cancel_url,
             **extra,
         }
