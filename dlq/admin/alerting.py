@@ -8,13 +8,14 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
+from dlq.admin.common import DenialsAuditedMixin
 from dlq.alerting.masking import secret_masked, secrets_scrubbed, url_masked
 from dlq.alerting.models import AlertChannel, AlertDelivery, AlertEvent, AlertRule
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
 
 
 @admin.register(AlertRule)
-class AlertRuleAdmin(admin.ModelAdmin):
+class AlertRuleAdmin(DenialsAuditedMixin, admin.ModelAdmin):
     list_display = ("name", "kind", "pipeline", "threshold", "state", "last_value", "firing_since", "enabled")
     list_filter = ("state", "kind", "enabled")
     search_fields = ("name", "pipeline")
@@ -78,7 +79,7 @@ SECRET_FIELDS = ("url", "secret")
 
 
 @admin.register(AlertChannel)
-class AlertChannelAdmin(admin.ModelAdmin):
+class AlertChannelAdmin(DenialsAuditedMixin, admin.ModelAdmin):
     list_display = ("name", "kind", "enabled", "consecutive_failures", "total_failures", "last_failure_at", "health")
     list_filter = ("kind", "enabled")
     search_fields = ("name",)
@@ -147,7 +148,7 @@ class AlertDeliveryInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 
 @admin.register(AlertEvent)
-class AlertEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class AlertEventAdmin(DenialsAuditedMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("created_at", "rule", "kind", "value", "threshold", "delivery_status")
     list_filter = ("kind", "rule")
     list_select_related = ("rule",)

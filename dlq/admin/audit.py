@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.db.models.functions import Left, Length
 from django.utils.translation import gettext_lazy as _
 
+from dlq.admin.common import DenialsAuditedMixin
 from dlq.audit import DETAIL_MAX_LENGTH, REASON_MAX_LENGTH, text_bounded
 from dlq.models import AuditEntry
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
@@ -17,7 +18,7 @@ LIST_REASON_LENGTH = 80
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class AuditEntryAdmin(DenialsAuditedMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "created_at",
         "actor",

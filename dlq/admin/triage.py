@@ -22,7 +22,7 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext_lazy as _
 
 from dlq.actions import ACTIONS, MAX_REASON_LENGTH, ActionResult, OperatorAction, action_available, dlq_item_act
-from dlq.admin.common import ServiceViewMixin, deny, operator_form
+from dlq.admin.common import DenialsAuditedMixin, ServiceViewMixin, deny, operator_form
 from dlq.bulk import BULK_PERMISSION, MAX_ITEMS, bulk_operation_request, dlq_selection_act
 from dlq.models import BulkOperation, BulkStatus, DLQItem, DLQStatus, ResolutionCode
 from dlq.selectors import GROUP_SCAN_LIMIT, audit_entries_for_item, failure_groups, retry_preview
@@ -61,7 +61,7 @@ STATUS_COLOURS = {
 
 
 @admin.register(DLQItem)
-class DLQItemAdmin(ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class DLQItemAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("id", "pipeline", "failing_step", "reason_code", "error_code", "status_badge", "age", "task_link")
     # Choices come from loose index scans, not SELECT DISTINCT over a million rows.
     list_filter = ("status", PipelineFilter, ReasonCodeFilter, ErrorClassFilter, FailingStepFilter, AgeFilter)
