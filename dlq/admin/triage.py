@@ -22,7 +22,8 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext_lazy as _
 
 from dlq.actions import ACTIONS, MAX_REASON_LENGTH, ActionResult, OperatorAction, action_available, dlq_item_act
-from dlq.admin.common import DenialsAuditedMixin, ServiceViewMixin, deny, operator_form
+from dlq.admin.common import DenialsAuditedMixin, ServiceViewMixin, client_ip, deny, operator_form
+from dlq.audit import audit_denied
 from dlq.bulk import BULK_PERMISSION, MAX_ITEMS, bulk_operation_request, dlq_selection_act
 from dlq.models import BulkOperation, BulkStatus, DLQItem, DLQStatus, ResolutionCode
 from dlq.selectors import GROUP_SCAN_LIMIT, audit_entries_for_item, failure_groups, retry_preview
@@ -145,6 +146,21 @@ class DLQItemAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, ad
         if len(ids) > MAX_SELECTED:
             self.message_user(
                 request, _("Select at most %(n)d items, or use a bulk action by filter.") % {"n": MAX_SELECTED}
+            )
+            return None
+        if len(ids) > 1 and not request.user.has_perm(BULK_PERMISSION):
+            # Told here rather than by a 403 on the confirmation page; still an attempt the log records.
+            audit_denied(
+                actor=request.user.get_username(),
+                action=f"bulk_{action}",
+                target_type="bulk_operation",
+                target_id="selected",
+                client_ip=client_ip(request),
+            )
+            self.message_user(
+                request,
+                _("Acting on several items at once is a bulk action, which you may not start: select one item."),
+                messages.ERROR,
             )
             return None
         url = reverse("admin:dlq_dlqitem_selected", args=[action])

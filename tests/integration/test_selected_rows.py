@@ -65,6 +65,18 @@ def test_an_operator_without_the_bulk_permission_cannot_act_on_several_selected_
     assert not AuditEntry.objects.filter(outcome=AuditOutcome.SUCCEEDED).exists()
 
 
+def test_the_list_tells_an_operator_that_several_rows_are_a_bulk_action(client, role_users):
+    items = parked_items(2)
+    client.force_login(role_users["operator"])
+    data = {"action": "act_close", "_selected_action": [i.pk for i in items], "index": "0"}
+    page = client.post("/admin/dlq/dlqitem/", data, follow=True)
+    assert page.status_code == 200 and b"Acting on several items at once is a bulk action" in page.content
+    assert statuses(items) == {DLQStatus.OPEN}
+    assert AuditEntry.objects.get(actor="operator-r").outcome == AuditOutcome.DENIED
+    one = client.post("/admin/dlq/dlqitem/", {**data, "_selected_action": [items[0].pk]})
+    assert one.status_code == 302 and one["Location"] == f"/admin/dlq/dlqitem/selected/close/?ids={items[0].pk}"
+
+
 def test_one_selected_row_stays_a_single_action(client, role_users):
     item, other = parked_items(2)
     client.force_login(role_users["operator"])
