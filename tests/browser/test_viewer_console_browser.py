@@ -14,8 +14,8 @@ from dlq.bulk import bulk_operation_request
 from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem, DLQStatus
 from dlq.roles import roles_setup
 from tasks.delivery import get_queue
-from tasks.runner import task_run
 from tasks.services import task_submit
+from tests.support import compensated_dead_letters, parked_dead_letters
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
 
@@ -65,14 +65,8 @@ def console(clean_redis, settings):
     for name, role in (("viewer-v", "viewer"), ("supervisor-v", "supervisor")):
         user = get_user_model().objects.create_user(name, password=PASSWORD, is_staff=True)
         user.groups.add(Group.objects.get(name=role))
-    parked = []
-    for _ in range(2):
-        task = task_submit(pipeline="t_parked", input={"fail": True})
-        task_run(task_id=str(task.pk), worker="seed")
-        parked.append(DLQItem.objects.get(task=task))
-    task = task_submit(pipeline="t_local", input={"fail_b": "permanent"})
-    task_run(task_id=str(task.pk), worker="seed")
-    compensated = DLQItem.objects.get(task=task)
+    parked = parked_dead_letters(2)
+    (compensated,) = compensated_dead_letters(1)
     task_submit(pipeline="t_local", input={})  # jobs wait in the queue: no worker runs in this test
     operation = bulk_operation_request(
         actor=get_user_model().objects.get(username="supervisor-v"),

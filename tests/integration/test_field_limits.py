@@ -7,8 +7,7 @@ import pytest
 from dlq.actions import MAX_REASON_LENGTH
 from dlq.bulk import BULK_REASON_MAX_LENGTH, bulk_operation_run_slice
 from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem, DLQStatus
-from tasks.runner import task_run
-from tasks.services import task_submit
+from tests.support import parked_dead_letters
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,15 +21,6 @@ def _redis(clean_redis):
     pass
 
 
-def parked_items(count: int) -> list[DLQItem]:
-    items = []
-    for _ in range(count):
-        task = task_submit(pipeline="t_parked", input={"fail": True})
-        task_run(task_id=str(task.pk), worker="w1")
-        items.append(DLQItem.objects.get(task=task))
-    return items
-
-
 def size(client, url: str) -> int:
     response = client.get(url)
     assert response.status_code == 200, url
@@ -39,7 +29,7 @@ def size(client, url: str) -> int:
 
 
 def test_a_viewers_huge_reason_is_audited_bounded_and_the_pages_stay_small(client, role_users):
-    item, other = parked_items(2)
+    item, other = parked_dead_letters(2)
     client.force_login(role_users["viewer"])
     item_page = f"/admin/dlq/dlqitem/{item.pk}/change/"
     before = {url: size(client, url) for url in (item_page, "/admin/dlq/auditentry/")}
@@ -65,7 +55,7 @@ def test_a_viewers_huge_reason_is_audited_bounded_and_the_pages_stay_small(clien
 
 
 def test_entries_stored_before_the_limit_are_cut_on_display(client, role_users):
-    (item,) = parked_items(1)
+    (item,) = parked_dead_letters(1)
     client.force_login(role_users["viewer"])
     item_page = f"/admin/dlq/dlqitem/{item.pk}/change/"
     before = size(client, item_page)
@@ -78,7 +68,7 @@ def test_entries_stored_before_the_limit_are_cut_on_display(client, role_users):
 
 
 def test_an_allowed_users_too_long_reason_is_a_form_error_and_changes_nothing(client, role_users):
-    (item,) = parked_items(1)
+    (item,) = parked_dead_letters(1)
     client.force_login(role_users["operator"])
     response = client.post(f"/admin/dlq/dlqitem/{item.pk}/act/retry/", {"reason": "x" * (MAX_REASON_LENGTH + 1)})
     assert response.status_code == 400 and f"at most {MAX_REASON_LENGTH} characters" in response.content.decode()
@@ -91,7 +81,7 @@ def test_an_allowed_users_too_long_reason_is_a_form_error_and_changes_nothing(cl
 
 def test_a_bulk_reason_too_long_for_its_prefix_is_refused_when_requested(client, role_users, settings):
     settings.RELIABILITY_BULK_RATE_PER_SECOND = 1000
-    items = parked_items(2)
+    items = parked_dead_letters(2)
     client.force_login(role_users["supervisor"])
     # Long enough for one item's action, too long once "[bulk #N] " is put in front of it.
     for url in (

@@ -6,8 +6,7 @@ import pytest
 
 from dlq.bulk import bulk_operation_run_slice
 from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem, DLQStatus
-from tasks.runner import task_run
-from tasks.services import task_submit
+from tests.support import compensated_dead_letters, parked_dead_letters
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -17,24 +16,6 @@ CLOSE = {"reason": "noise from the load test", "resolution_code": "ignored"}
 @pytest.fixture(autouse=True)
 def _redis(clean_redis):
     pass
-
-
-def parked_items(count: int) -> list[DLQItem]:
-    items = []
-    for _ in range(count):
-        task = task_submit(pipeline="t_parked", input={"fail": True})
-        task_run(task_id=str(task.pk), worker="w1")
-        items.append(DLQItem.objects.get(task=task))
-    return items
-
-
-def compensated_items(count: int) -> list[DLQItem]:
-    items = []
-    for _ in range(count):
-        task = task_submit(pipeline="t_local", input={"fail_b": "permanent"})
-        task_run(task_id=str(task.pk), worker="w1")
-        items.append(DLQItem.objects.get(task=task))
-    return items
 
 
 def selected_url(action: str, items: list[DLQItem]) -> str:
@@ -54,7 +35,7 @@ def run_until_stopped(operation_id: int) -> str:
 
 
 def test_an_operator_without_the_bulk_permission_cannot_act_on_several_selected_rows(client, role_users):
-    items = parked_items(3)
+    items = parked_dead_letters(3)
     client.force_login(role_users["operator"])
     assert client.get(selected_url("close", items)).status_code == 403
     response = client.post(selected_url("close", items), CLOSE, REMOTE_ADDR="10.9.8.7")
@@ -66,7 +47,7 @@ def test_an_operator_without_the_bulk_permission_cannot_act_on_several_selected_
 
 
 def test_the_list_tells_an_operator_that_several_rows_are_a_bulk_action(client, role_users):
-    items = parked_items(2)
+    items = parked_dead_letters(2)
     client.force_login(role_users["operator"])
     data = {"action": "act_close", "_selected_action": [i.pk for i in items], "index": "0"}
     page = client.post("/admin/dlq/dlqitem/", data, follow=True)
@@ -78,7 +59,7 @@ def test_the_list_tells_an_operator_that_several_rows_are_a_bulk_action(client, 
 
 
 def test_one_selected_row_stays_a_single_action(client, role_users):
-    item, other = parked_items(2)
+    item, other = parked_dead_letters(2)
     client.force_login(role_users["operator"])
     response = client.post(selected_url("close", [item]), CLOSE)
     assert response.status_code == 302 and response["Location"] == "/admin/dlq/dlqitem/"
@@ -91,7 +72,7 @@ def test_one_selected_row_stays_a_single_action(client, role_users):
 def test_a_selection_over_the_threshold_waits_for_a_second_supervisor(client, role_users, settings):
     settings.RELIABILITY_BULK_APPROVAL_THRESHOLD = 3
     settings.RELIABILITY_BULK_RATE_PER_SECOND = 1000
-    items = parked_items(5)
+    items = parked_dead_letters(5)
     client.force_login(role_users["supervisor"])
     page = client.get(selected_url("close", items))
     assert page.status_code == 200 and b"5 items are selected" in page.content
@@ -117,7 +98,7 @@ def test_a_selection_under_the_threshold_runs_canary_first_at_the_rate_limit(cli
     settings.RELIABILITY_BULK_APPROVAL_THRESHOLD = 100
     settings.RELIABILITY_BULK_CANARY_SIZE = 2
     settings.RELIABILITY_BULK_RATE_PER_SECOND = 1000
-    items = compensated_items(4)  # retry from checkpoint is refused for compensated tasks: the canary fails
+    items = compensated_dead_letters(4)  # retry from checkpoint is refused for compensated tasks: the canary fails
     client.force_login(role_users["supervisor"])
     response = client.post(selected_url("retry", items), {"reason": "try them all"})
     assert response.status_code == 302
