@@ -4,8 +4,10 @@ RQ's own admin views (django-rq's) are not served: they let any staff user
 empty a queue, requeue or delete jobs, unaudited, and Redis only delivers
 (section 3 of ARCHITECTURE.md): an operator acts on tasks through the DLQ,
 whose actions are audited, never on the jobs that deliver them. Nothing here
-writes to Redis: registry counts are read with ``cleanup=False`` (cleaning a
-started registry would fail or retry abandoned jobs; that is the workers' job).
+changes a queue, a registry or a job: counts are read with ``cleanup=False``
+(cleaning a started registry would fail or retry abandoned jobs; that is the
+workers' job). Listing workers drops the registration of a worker whose key
+has expired, as RQ does whenever anyone lists them.
 """
 
 from __future__ import annotations
