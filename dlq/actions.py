@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from dlq.audit import audit_denied, audit_record
+from dlq.audit import REASON_MAX_LENGTH, audit_denied, audit_record
 from dlq.models import AuditOutcome, DLQItem, DLQStatus, ResolutionCode
 from tasks.exceptions import ReliabilityError, TaskNotActionable
 from tasks.models import Task, TaskState
@@ -27,7 +27,8 @@ from tasks.services import (
     task_retry_from_start,
 )
 
-MAX_REASON_LENGTH = 2000
+# A reason is what the audit log keeps of an action (also the item's resolution note): one limit for both.
+MAX_REASON_LENGTH = REASON_MAX_LENGTH
 
 
 @dataclass(frozen=True)
@@ -90,12 +91,6 @@ class ActionResult:
     state_after: str
 
 
-@dataclass(frozen=True)
-class SelectionResult:
-    done: int
-    refused: int
-
-
 def action_available(*, item: DLQItem, action: str) -> bool:
     spec = ACTIONS[action]
     return item.status != DLQStatus.RESOLVED and item.task.state in spec.allowed_task_states
@@ -133,6 +128,7 @@ def dlq_item_act(
         raise ReasonRequired(gettext("the reason must be at most %(n)d characters") % {"n": MAX_REASON_LENGTH})
     if action == "close" and resolution_code not in ResolutionCode.values:
         raise ReasonRequired(gettext("choose a resolution code"))
+    resolution_code = resolution_code if action == "close" else ""  # only a close has one; never store stray input
     try:
         with transaction.atomic():
             item = DLQItem.objects.select_for_update().filter(pk=item_id).first()
@@ -178,32 +174,6 @@ def dlq_item_act(
             raise ActionRefused(str(exc)) from None
         raise
     return ActionResult(item_id=item_id, action=action, state_before=before, state_after=after)
-
-
-def dlq_items_act(
-    *, item_ids: list[int], action: str, actor, reason: str, client_ip: str | None = None, resolution_code: str = ""
-) -> SelectionResult:
-    """Apply ``action`` to each of ``item_ids`` in turn (the console's "selected rows"), each audited.
-
-    An item someone else already acted on, or in the wrong state, is counted
-    as refused; a missing permission or reason stops at the first item.
-    """
-    done = refused = 0
-    for item_id in item_ids:
-        try:
-            dlq_item_act(
-                item_id=item_id,
-                action=action,
-                actor=actor,
-                reason=reason,
-                client_ip=client_ip,
-                resolution_code=resolution_code,
-            )
-        except ActionRefused:
-            refused += 1
-        else:
-            done += 1
-    return SelectionResult(done=done, refused=refused)
 
 
 def _apply(action: str, task: Task, reason: str, resolution_code: str) -> str:

@@ -30,6 +30,25 @@ RETENTION_ACTOR = "system:retention"
 AUDIT_PURGE_BATCH_SIZE = 5000
 # A sweeper run purges for at most this long (the sweep it belongs to waits for it).
 SWEEPER_RUN_SECONDS = 5.0
+# The most an entry stores of its free-text fields. An allowed user's longer reason is refused with a form error
+# before anything is written (dlq.actions, dlq.bulk); a denied request's is cut here, marked, so an unprivileged
+# POST cannot grow the append-only log (or the pages that show it) by more than this.
+REASON_MAX_LENGTH = 1000
+DETAIL_MAX_LENGTH = 2000
+TRUNCATED_MARKER = "… [truncated: {length} characters in all]"
+
+
+def text_bounded(text: str, limit: int, *, length: int | None = None) -> str:
+    """``text`` if it fits in ``limit`` characters, else its start and a marker saying how long it was.
+
+    ``length``: the whole text's length when ``text`` is only its start (read with ``Left`` from the database).
+    """
+    text = text or ""
+    length = len(text) if length is None else length
+    if length <= limit:
+        return text
+    marker = TRUNCATED_MARKER.format(length=length)
+    return text[: max(limit - len(marker), 0)] + marker
 
 
 def audit_record(
@@ -47,7 +66,7 @@ def audit_record(
     client_ip: str | None = None,
     bulk_operation_id: int | None = None,
 ) -> AuditEntry:
-    """Append one entry. Call it inside the transaction of the change it records."""
+    """Append one entry, its free text bounded. Call it inside the transaction of the change it records."""
     return AuditEntry.objects.create(
         actor=actor[:150],
         action=action[:50],
@@ -56,9 +75,9 @@ def audit_record(
         task_id=task_id,
         state_before=state_before or "",
         state_after=state_after or "",
-        reason=reason,
+        reason=text_bounded(reason, REASON_MAX_LENGTH),
         outcome=outcome,
-        detail=detail,
+        detail=text_bounded(detail, DETAIL_MAX_LENGTH),
         client_ip=client_ip,
         bulk_operation_id=bulk_operation_id,
     )

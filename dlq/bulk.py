@@ -1,6 +1,8 @@
-"""Bulk actions by filter, with a blast-radius limit.
+"""Bulk actions, by filter or on selected rows, with a blast-radius limit.
 
-A bulk action freezes the ids of the items matching a filter, then works
+A bulk action freezes the ids of the items matching a filter (or the rows an
+operator selected: two or more selected items are a bulk action, with every
+rule below; one is a single action), then works
 through them in the background: first a canary batch, which stops the whole
 operation when its failure rate passes the threshold, then the rest at a
 rate limit. An operator can pause, resume or cancel it; one over
@@ -28,8 +30,16 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
-from dlq.actions import ACTIONS, ActionDenied, ActionRefused, ReasonRequired, dlq_item_act
-from dlq.audit import audit_denied, audit_record
+from dlq.actions import (
+    ACTIONS,
+    MAX_REASON_LENGTH,
+    ActionDenied,
+    ActionRefused,
+    ActionResult,
+    ReasonRequired,
+    dlq_item_act,
+)
+from dlq.audit import audit_denied, audit_record, text_bounded
 from dlq.models import AuditOutcome, BulkOperation, BulkStatus, ResolutionCode
 from tasks.delivery import get_queue
 from tasks.exceptions import ReliabilityError
@@ -54,6 +64,10 @@ COMMANDS_BY_STATUS = {
 # One job works for about this long, then hands over to the next (keeps a worker free for tasks).
 SLICE_SECONDS = 2.0
 MAX_ITEMS = 100_000
+# Each item's reason is the operation's with this in front; room is kept for an id of up to 10 digits.
+BULK_REASON_PREFIX = "[bulk #{id}] "
+BULK_REASON_MAX_LENGTH = MAX_REASON_LENGTH - len(BULK_REASON_PREFIX.format(id=10**10 - 1))
+MAX_FILTER_QUERY_LENGTH = 2000
 STALE_AFTER_SECONDS = 30
 
 
@@ -89,6 +103,12 @@ def bulk_operation_request(
     reason = (reason or "").strip()
     if not reason:
         raise ReasonRequired(gettext("give a reason: it goes into the audit log"))
+    if len(reason) > BULK_REASON_MAX_LENGTH:
+        # Checked here, prefix included: found item by item, it would fail every item instead.
+        raise ReasonRequired(
+            gettext("the reason of a bulk action must be at most %(n)d characters (each item's adds the bulk number)")
+            % {"n": BULK_REASON_MAX_LENGTH}
+        )
     if action == "close" and resolution_code not in ResolutionCode.values:
         raise ReasonRequired(gettext("choose a resolution code"))
     if not item_ids:
@@ -99,10 +119,10 @@ def bulk_operation_request(
     with transaction.atomic():
         operation = BulkOperation.objects.create(
             action=action,
-            filter_query=filter_query[:2000],
+            filter_query=text_bounded(filter_query, MAX_FILTER_QUERY_LENGTH),
             item_ids=list(item_ids),
             reason=reason,
-            resolution_code=resolution_code,
+            resolution_code=resolution_code if action == "close" else "",
             requested_by=username,
             status=BulkStatus.AWAITING_APPROVAL if needs_approval else BulkStatus.RUNNING,
             total=len(item_ids),
@@ -115,6 +135,44 @@ def bulk_operation_request(
         if not needs_approval:
             transaction.on_commit(lambda: bulk_operation_deliver(operation_id=operation.pk))
     return operation
+
+
+def dlq_selection_act(
+    *,
+    actor,
+    action: str,
+    item_ids: list[int],
+    reason: str,
+    resolution_code: str = "",
+    client_ip: str | None = None,
+    query: str = "",
+) -> ActionResult | BulkOperation:
+    """The console's "selected rows": one item is a single action, two or more a bulk operation over exactly them.
+
+    Acting on many items at once is what the bulk rules exist for, however
+    the items were chosen: the bulk permission, a second supervisor over
+    ``RELIABILITY_BULK_APPROVAL_THRESHOLD`` items, the canary, the rate limit.
+    ``query`` is the selection's query string, recorded as the operation's filter.
+    """
+    ids = list(dict.fromkeys(item_ids))
+    if len(ids) == 1:
+        return dlq_item_act(
+            item_id=ids[0],
+            action=action,
+            actor=actor,
+            reason=reason,
+            client_ip=client_ip,
+            resolution_code=resolution_code,
+        )
+    return bulk_operation_request(
+        actor=actor,
+        action=action,
+        item_ids=ids,
+        filter_query=query,
+        reason=reason,
+        resolution_code=resolution_code,
+        client_ip=client_ip,
+    )
 
 
 def bulk_operation_approve(*, actor, operation_id: int, client_ip: str | None = None) -> BulkOperation:
@@ -269,7 +327,7 @@ def _act_on(operation: BulkOperation, item_id: int) -> bool:
             item_id=item_id,
             action=operation.action,
             actor=user,
-            reason=f"[bulk #{operation.pk}] {operation.reason}",
+            reason=BULK_REASON_PREFIX.format(id=operation.pk) + operation.reason,
             client_ip=operation.client_ip,
             resolution_code=operation.resolution_code,
             bulk_operation_id=operation.pk,

@@ -8,10 +8,12 @@ from urllib.parse import urlencode
 
 from django.db import connections
 from django.db.models import Count, QuerySet
+from django.db.models.functions import Left, Length
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from dlq.audit import REASON_MAX_LENGTH, text_bounded
 from dlq.models import AuditEntry, DLQItem
 from tasks import registry
 from tasks.exceptions import UnknownPipeline
@@ -126,4 +128,12 @@ def retry_preview(*, item: DLQItem, action: str) -> list[PreviewStep]:
 
 
 def audit_entries_for_item(*, item: DLQItem, limit: int = 50) -> list[AuditEntry]:
-    return list(AuditEntry.objects.filter(target_type="dlq_item", target_id=str(item.pk))[:limit])
+    """The item's newest entries, each reason cut to what the log stores now (older entries may hold more)."""
+    entries = list(
+        AuditEntry.objects.filter(target_type="dlq_item", target_id=str(item.pk))
+        .defer("reason", "detail")
+        .annotate(reason_start=Left("reason", REASON_MAX_LENGTH), reason_length=Length("reason"))[:limit]
+    )
+    for entry in entries:
+        entry.reason = text_bounded(entry.reason_start, REASON_MAX_LENGTH, length=entry.reason_length)
+    return entries

@@ -1,11 +1,11 @@
-"""Operator pages outside the model admin: the dashboard."""
+"""Operator pages outside the model admin: the dashboard, the queues page, and the refusal of RQ's old views."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import permission_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.formats import date_format
@@ -14,7 +14,9 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 
+from dlq.audit import audit_denied
 from dlq.dashboard import HourlyGrowth, dashboard_snapshot
+from dlq.queues import queue_states
 from dlq.svg_charts import Series, line_chart
 
 # The growth chart labels one hour a day, counting back from the current hour.
@@ -56,6 +58,38 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "growth_chart": growth_chart(snapshot.growth),
     }
     return TemplateResponse(request, "admin/dashboard.html", context)
+
+
+@staff_member_required
+@permission_required("tasks.view_task", raise_exception=True)
+@never_cache
+def queues(request: HttpRequest) -> HttpResponse:
+    """Each RQ queue's depth, oldest job, registries and workers: read-only (no RQ action is offered)."""
+    context = {
+        **admin.site.each_context(request),
+        "title": _("Queues"),
+        "queues": queue_states(),
+        "now": timezone.now(),
+    }
+    return TemplateResponse(request, "admin/queues.html", context)
+
+
+# What is left of django-rq's admin views (they emptied queues, requeued and deleted jobs for any staff user).
+RQ_VIEWS_REMOVED = "rq_admin_removed"
+
+
+@never_cache
+def rq_views_removed(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """A 404 for every former django-rq admin URL; a signed-in user's POST to one is audited as denied."""
+    if request.method == "POST" and request.user.is_authenticated:
+        audit_denied(
+            actor=request.user.get_username(),
+            action=RQ_VIEWS_REMOVED,
+            target_type="rq",
+            target_id=request.path,
+            client_ip=request.META.get("REMOTE_ADDR") or None,
+        )
+    raise Http404("RQ's admin views are not served: see the Queues page")
 
 
 @never_cache

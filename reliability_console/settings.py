@@ -155,7 +155,9 @@ RQ = {
     "JOB_CLASS": "tasks.worker.ReliabilityJob",
     "COMMIT_MODE": "auto",
 }
-RQ_SHOW_ADMIN_LINK = True
+# django-rq registers its views inside the admin (/admin/django_rq/…) when this is on; they let any staff user
+# empty queues and delete jobs, unaudited. Off: the console's read-only Queues page replaces them.
+RQ_SHOW_ADMIN_LINK = False
 
 # --- The engine -------------------------------------------------------------
 RELIABILITY_LEASE_SECONDS = env.number("RELIABILITY_LEASE_SECONDS", 30, minimum=1)

@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 # The one RQ entry point of the engine (tasks.jobs.run_task; see tasks.worker: nothing unregistered runs).
 RUN_TASK_ENTRY_POINT = "tasks.jobs.run_task"
 # Job results are worthless (the database has the outcome); failed jobs are
-# kept for a day so an operator can still see one in django-rq's pages.
+# kept for a day so the failed-jobs count (the Queues page) still shows them.
 JOB_RESULT_TTL = 0
 JOB_FAILURE_TTL = 86400
 # The statuses of a job RQ will still run: waiting in the queue, in the scheduler, or behind a dependency.

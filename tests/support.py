@@ -109,3 +109,26 @@ class ApiServer:
 
     def stop(self) -> None:
         self.process.stop()
+
+
+def parked_dead_letters(count: int) -> list:
+    """``count`` tasks of ``t_parked`` run once and failed: each leaves an open dead letter (FAILED task)."""
+    return _dead_letters(count, "t_parked", {"fail": True})
+
+
+def compensated_dead_letters(count: int) -> list:
+    """``count`` tasks of ``t_local`` failed and compensated: dead letters a retry from checkpoint refuses."""
+    return _dead_letters(count, "t_local", {"fail_b": "permanent"})
+
+
+def _dead_letters(count: int, pipeline: str, input_: dict) -> list:
+    from dlq.models import DLQItem
+    from tasks.runner import task_run
+    from tasks.services import task_submit
+
+    items = []
+    for _ in range(count):
+        task = task_submit(pipeline=pipeline, input=input_)
+        task_run(task_id=str(task.pk), worker="seed")
+        items.append(DLQItem.objects.get(task=task))
+    return items

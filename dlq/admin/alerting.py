@@ -8,12 +8,14 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
+from dlq.admin.common import DenialsAuditedMixin
+from dlq.alerting.masking import secret_masked, secrets_scrubbed, url_masked
 from dlq.alerting.models import AlertChannel, AlertDelivery, AlertEvent, AlertRule
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
 
 
 @admin.register(AlertRule)
-class AlertRuleAdmin(admin.ModelAdmin):
+class AlertRuleAdmin(DenialsAuditedMixin, admin.ModelAdmin):
     list_display = ("name", "kind", "pipeline", "threshold", "state", "last_value", "firing_since", "enabled")
     list_filter = ("state", "kind", "enabled")
     search_fields = ("name", "pipeline")
@@ -72,37 +74,81 @@ class AlertRuleAdmin(admin.ModelAdmin):
         AlertRule.objects.filter(pk=obj.pk).update(version=F("version") + 1)
 
 
+# Credentials of a channel: shown whole only to those who may change the channel (dlq.alerting.masking).
+SECRET_FIELDS = ("url", "secret")
+
+
 @admin.register(AlertChannel)
-class AlertChannelAdmin(admin.ModelAdmin):
+class AlertChannelAdmin(DenialsAuditedMixin, admin.ModelAdmin):
     list_display = ("name", "kind", "enabled", "consecutive_failures", "total_failures", "last_failure_at", "health")
     list_filter = ("kind", "enabled")
     search_fields = ("name",)
-    readonly_fields = ("consecutive_failures", "total_failures", "last_error", "last_failure_at", "last_success_at")
+    readonly_fields = (
+        "consecutive_failures",
+        "total_failures",
+        "last_error_text",
+        "last_failure_at",
+        "last_success_at",
+    )
     fields = ("name", "kind", "enabled", "url", "secret", "email_to", *readonly_fields)
+
+    def get_fields(self, request, obj=None):
+        if self.has_change_permission(request, obj) or obj is None:
+            return self.fields
+        return tuple({"url": "url_hint", "secret": "secret_hint"}.get(name, name) for name in self.fields)
+
+    def get_readonly_fields(self, request, obj=None):
+        if self.has_change_permission(request, obj) or obj is None:
+            return self.readonly_fields
+        return (*self.readonly_fields, "url_hint", "secret_hint")
+
+    def lookup_allowed(self, lookup, value, request=None):
+        # ?secret__startswith=… would answer "is this the next character?" through the row count.
+        if lookup.split("__", 1)[0] in SECRET_FIELDS:
+            return False
+        return super().lookup_allowed(lookup, value, request)
 
     def formfield_for_dbfield(self, db_field, request, **kwargs):
         if db_field.name == "url":
             kwargs["assume_scheme"] = "https"  # Django 6's default, stated now
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
+    @admin.display(description=_("URL"))
+    def url_hint(self, obj):
+        return url_masked(obj.url) or "-"
+
+    @admin.display(description=_("secret"))
+    def secret_hint(self, obj):
+        return secret_masked(obj.secret) or "-"
+
+    @admin.display(description=_("last error"))
+    def last_error_text(self, obj):
+        return secrets_scrubbed(obj.last_error, obj) or "-"
+
     @admin.display(description=_("health"))
     def health(self, obj):
         if obj.consecutive_failures:
-            return format_html(
-                '<strong style="color:#ba2121">{}</strong>', _("failing: %(error)s") % {"error": obj.last_error[:120]}
-            )
+            error = secrets_scrubbed(obj.last_error, obj)[:120]
+            return format_html('<strong style="color:#ba2121">{}</strong>', _("failing: %(error)s") % {"error": error})
         return _("ok")
 
 
 class AlertDeliveryInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = AlertDelivery
     extra = 0
-    fields = ("channel", "status", "attempts", "last_error", "delivered_at", "task")
+    fields = ("channel", "status", "attempts", "error", "delivered_at", "task")
     readonly_fields = fields
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("channel")
+
+    @admin.display(description=_("last error"))
+    def error(self, obj):
+        return secrets_scrubbed(obj.last_error, obj.channel) or "-"
 
 
 @admin.register(AlertEvent)
-class AlertEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class AlertEventAdmin(DenialsAuditedMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("created_at", "rule", "kind", "value", "threshold", "delivery_status")
     list_filter = ("kind", "rule")
     list_select_related = ("rule",)

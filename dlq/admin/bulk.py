@@ -8,14 +8,14 @@ from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
 
-from dlq.admin.common import ServiceViewMixin, client_ip
+from dlq.admin.common import DenialsAuditedMixin, ServiceViewMixin, client_ip
 from dlq.bulk import bulk_operation_command, bulk_operation_commands
 from dlq.models import BulkOperation, BulkStatus
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
 
 
 @admin.register(BulkOperation)
-class BulkOperationAdmin(ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class BulkOperationAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("id", "action", "status", "progress", "requested_by", "approved_by", "created_at")
     list_filter = ("status", "action")
     change_form_template = "admin/dlq/bulkoperation/change_form.html"

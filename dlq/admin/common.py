@@ -1,8 +1,10 @@
-"""What the console's admin views share: the operator's form, and turning a service's answer into a response."""
+"""What the console's admin views share: the operator's form, turning a service's answer into a response, and
+auditing a POST to a model page the user may not write to."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.contrib import messages
@@ -74,3 +76,45 @@ class ServiceViewMixin:
         level, text = done_message(result)
         self.message_user(request, text, level)
         return HttpResponseRedirect(done_url(result) if callable(done_url) else done_url)
+
+
+class DenialsAuditedMixin:
+    """A POST to a model's pages that the user lacks the permission for is refused (403) and audited.
+
+    Operator actions audit their own denials (``dlq.actions``, ``dlq.bulk``);
+    this covers Django's add, change and delete pages and the list's actions,
+    so every refused attempt to write through the console leaves a trace.
+    """
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        with _denial_audited(request, self.opts, "add" if object_id is None else "change", object_id or "new"):
+            return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        with _denial_audited(request, self.opts, "delete", object_id):
+            return super().delete_view(request, object_id, extra_context)
+
+    def changelist_view(self, request, extra_context=None):
+        action = request.POST.get("action", "") if request.method == "POST" else ""
+        with _denial_audited(request, self.opts, action or "list", "selected"):
+            if action and action not in self.get_actions(request):
+                # Django would answer "no action selected"; it is an attempt the user had no permission for.
+                raise PermissionDenied
+            return super().changelist_view(request, extra_context)
+
+
+@contextmanager
+def _denial_audited(request: HttpRequest, opts, verb: str, target_id) -> Iterator[None]:
+    try:
+        yield
+    except PermissionDenied:
+        if request.method == "POST" and request.user.is_authenticated:
+            audit_denied(
+                actor=request.user.get_username(),
+                action=f"{verb}_{opts.model_name}",
+                target_type=opts.model_name,
+                target_id=str(target_id),
+                client_ip=client_ip(request),
+                reason=request.POST.get("reason", ""),
+            )
+        raise

@@ -23,6 +23,7 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from dlq.admin.common import DenialsAuditedMixin
 from dlq.lifecycle import lifecycle_svg
 from dlq.models import AuditEntry
 from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, PipelineFilter, ReadOnlyAdminMixin
@@ -159,7 +160,7 @@ def task_page_context(task: Task) -> dict[str, Any]:
 
 
 @admin.register(Task)
-class TaskAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class TaskAdmin(DenialsAuditedMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("task_id", "pipeline_name", "state_badge", "progress", "failure", "created")
     list_filter = (StateFilter, PipelineFilter, FailedStepFilter, AgeFilter)
     # Only the creation time has an index the list can walk in order.
@@ -228,7 +229,7 @@ class TaskAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(ApiClient)
-class ApiClientAdmin(admin.ModelAdmin):
+class ApiClientAdmin(DenialsAuditedMixin, admin.ModelAdmin):
     """API clients: created with ``manage.py create_api_token``; revoked here or with ``revoke_api_token``."""
 
     list_display = ("name", "token_prefix", "created_at", "revoked_at")

@@ -1,8 +1,8 @@
 """Triage of dead letters: the DLQ list with failure groups, an item's page, and the confirmation pages.
 
 Each view checks the page's permission, calls one service (``dlq.actions``
-for one item or the selected rows, ``dlq.bulk`` for a bulk action by filter)
-and renders; the rules live in those services.
+for one item, ``dlq.bulk`` for the selected rows and for a bulk action by
+filter) and renders; the rules live in those services.
 """
 
 from __future__ import annotations
@@ -24,17 +24,10 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince
 from django.utils.translation import gettext_lazy as _
 
-from dlq.actions import (
-    ACTIONS,
-    ActionResult,
-    OperatorAction,
-    SelectionResult,
-    action_available,
-    dlq_item_act,
-    dlq_items_act,
-)
-from dlq.admin.common import ServiceViewMixin, deny, operator_form
-from dlq.bulk import BULK_PERMISSION, MAX_ITEMS, bulk_operation_request
+from dlq.actions import ACTIONS, MAX_REASON_LENGTH, ActionResult, OperatorAction, action_available, dlq_item_act
+from dlq.admin.common import DenialsAuditedMixin, ServiceViewMixin, client_ip, deny, operator_form
+from dlq.audit import audit_denied
+from dlq.bulk import BULK_PERMISSION, MAX_ITEMS, bulk_operation_request, dlq_selection_act
 from dlq.models import BulkOperation, BulkStatus, DLQItem, DLQStatus, ResolutionCode
 from dlq.selectors import GROUP_SCAN_LIMIT, audit_entries_for_item, failure_groups, retry_preview
 from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, PipelineFilter, ReadOnlyAdminMixin
@@ -42,7 +35,7 @@ from reliability_console.paginator import CappedCountPaginator
 from tasks.models import TaskState
 from tasks.redaction import redact
 
-# Selected-rows actions run at once; more than this must go through "bulk by filter".
+# The most rows a selection carries (their ids travel in the URL); more must go through "bulk by filter".
 MAX_SELECTED = 200
 FILTER_PARAMS_IGNORED = ("p", "o", "_changelist_filters")
 
@@ -72,7 +65,7 @@ STATUS_COLOURS = {
 
 
 @admin.register(DLQItem)
-class DLQItemAdmin(ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class DLQItemAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("id", "pipeline", "failing_step", "reason_code", "error_code", "status_badge", "age", "task_link")
     # Choices come from loose index scans, not SELECT DISTINCT over a million rows.
     list_filter = ("status", PipelineFilter, ReasonCodeFilter, ErrorClassFilter, FailingStepFilter, AgeFilter)
@@ -158,6 +151,21 @@ class DLQItemAdmin(ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
                 request, _("Select at most %(n)d items, or use a bulk action by filter.") % {"n": MAX_SELECTED}
             )
             return None
+        if len(ids) > 1 and not request.user.has_perm(BULK_PERMISSION):
+            # Told here rather than by a 403 on the confirmation page; still an attempt the log records.
+            audit_denied(
+                actor=request.user.get_username(),
+                action=f"bulk_{action}",
+                target_type="bulk_operation",
+                target_id="selected",
+                client_ip=client_ip(request),
+            )
+            self.message_user(
+                request,
+                _("Acting on several items at once is a bulk action, which you may not start: select one item."),
+                messages.ERROR,
+            )
+            return None
         url = reverse("admin:dlq_dlqitem_selected", args=[action])
         return HttpResponseRedirect(f"{url}?{urlencode({'ids': ','.join(map(str, ids))})}")
 
@@ -222,19 +230,28 @@ class DLQItemAdmin(ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         )
 
     def selected_view(self, request, action):
-        """Confirm and apply an action to the selected items, counting what succeeded and what was refused."""
-        spec = self._permitted_spec(request, action, "selected")
-        items = list(DLQItem.objects.select_related("task").filter(pk__in=_selected_ids(request)))
+        """Confirm and apply an action to the selected rows: one is a single action, more are a bulk action."""
+        ids = _selected_ids(request)
+        several = len(ids) > 1
+        spec = self._permitted_spec(request, action, "selected", bulk=several)
+        items = list(DLQItem.objects.select_related("task").filter(pk__in=ids))
         changelist_url = reverse("admin:dlq_dlqitem_changelist")
         error = ""
         if request.method == "POST":
-            ids = [item.pk for item in items]
-            act = partial(dlq_items_act, item_ids=ids, action=action, actor=request.user, **operator_form(request))
-            done_message = partial(_selection_message, spec)
-            error = self.perform(request, act, done_url=changelist_url, done_message=done_message)
+            act = partial(
+                dlq_selection_act,
+                item_ids=[item.pk for item in items],
+                action=action,
+                actor=request.user,
+                query=request.GET.urlencode(),
+                **operator_form(request),
+            )
+            done_url = partial(_selection_done_url, changelist_url)
+            error = self.perform(request, act, done_url=done_url, done_message=_selection_message)
             if not isinstance(error, str):
                 return error
-        return self._confirm_page(request, spec, items=items, error=error, cancel_url=changelist_url)
+        extra = {"bulk": True, "selection": True, "matching_count": len(items)} if several else {}
+        return self._confirm_page(request, spec, items=items, error=error, cancel_url=changelist_url, **extra)
 
     def bulk_filter_view(self, request, action):
         """Act on every item matching the list's current filter, in the background."""
@@ -279,7 +296,8 @@ class DLQItemAdmin(ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
             "available": True,
             "resolution_codes": ResolutionCode.choices,
             "error": error,
-            "reason": request.POST.get("reason", ""),
+            # Shown again after a form error: never more than may be stored (a refused reason may be longer).
+            "reason": request.POST.get("reason", "")[:MAX_REASON_LENGTH],
             "cancel_url": cancel_url,
             **extra,
         }
@@ -301,14 +319,14 @@ def _acted_message(result: ActionResult) -> tuple[int, str]:
     return messages.SUCCESS, _("%(action)s done: task %(before)s → %(after)s.") % {"action": label, **states}
 
 
-def _selection_message(spec: OperatorAction, result: SelectionResult) -> tuple[int, str]:
-    level = messages.SUCCESS if not result.refused else messages.WARNING
-    text = _("%(action)s: %(done)d done, %(refused)d refused (already acted on or not possible).") % {
-        "action": spec.label,
-        "done": result.done,
-        "refused": result.refused,
-    }
-    return level, text
+def _selection_message(result: ActionResult | BulkOperation) -> tuple[int, str]:
+    return _bulk_requested_message(result) if isinstance(result, BulkOperation) else _acted_message(result)
+
+
+def _selection_done_url(changelist_url: str, result: ActionResult | BulkOperation) -> str:
+    if isinstance(result, BulkOperation):
+        return reverse("admin:dlq_bulkoperation_change", args=[result.pk])
+    return changelist_url
 
 
 def _bulk_requested_message(operation: BulkOperation) -> tuple[int, str]:

@@ -104,6 +104,11 @@ def _post(channel: AlertChannel, body: bytes, idempotency_key: str, timeout: flo
         raise TransientError(f"{channel.name}: no answer in time", code="timeout") from exc
     except requests.ConnectionError as exc:
         raise TransientError(f"{channel.name}: connection failed", code="connection_error") from exc
+    except requests.RequestException as exc:
+        # Never str(exc): requests quotes the URL (a Slack URL is a credential) in, e.g., InvalidURL.
+        raise PermanentError(
+            f"{channel.name}: request not sent ({type(exc).__name__})", code="alert_request_invalid"
+        ) from exc
     status = response.status_code
     if 200 <= status < 300:
         return

@@ -14,6 +14,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from dlq import metrics
+from dlq.alerting.masking import secrets_scrubbed
 from dlq.alerting.models import AlertChannel, AlertDelivery, AlertDeliveryStatus, AlertEvent, AlertRule
 from tasks.submission import task_submit
 
@@ -59,6 +60,7 @@ def alert_delivery_sent(*, delivery: AlertDelivery) -> None:
 
 def alert_delivery_attempt_failed(*, delivery: AlertDelivery, error: str) -> None:
     now = timezone.now()
+    error = secrets_scrubbed(error, delivery.channel)
     with transaction.atomic():
         AlertDelivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1, last_error=error[:2000])
         AlertChannel.objects.filter(pk=delivery.channel_id).update(

@@ -1,0 +1,24 @@
+"""Users of each console role (viewer, operator, supervisor, and a second supervisor for four eyes)."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+
+from dlq.roles import roles_setup
+
+
+@pytest.fixture
+def role_users(db):
+    roles_setup()
+    made = {}
+    for name, role in (("viewer", "viewer"), ("operator", "operator"), ("supervisor", "supervisor")):
+        user = get_user_model().objects.create_user(f"{name}-r", password="x-test-only", is_staff=True)
+        user.groups.add(Group.objects.get(name=role))
+        made[name] = user
+    second = get_user_model().objects.create_user("supervisor-r2", password="x-test-only", is_staff=True)
+    second.groups.add(Group.objects.get(name="supervisor"))
+    made["supervisor2"] = second
+    made["superuser"] = get_user_model().objects.create_superuser("root-r", password="x-test-only")
+    return made
