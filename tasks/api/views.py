@@ -112,9 +112,6 @@ def list_tasks(
     cursor: str | None = Query(None, max_length=200),
     limit: int = Query(20, ge=1, le=100),
 ):
-    if pipeline is not None and "\x00" in pipeline:
-        # No pipeline name holds a NUL (PostgreSQL text cannot even compare one): nothing matches.
-        return _json({"items": [], "next_cursor": None})
     tasks, next_cursor = task_page(client=request.auth, state=state, pipeline=pipeline, cursor=cursor, limit=limit)
     return _json({"items": [task_summary(task) for task in tasks], "next_cursor": next_cursor})
 
