@@ -107,6 +107,7 @@ def admin_lists() -> list[str]:
         "/admin/dlq/dlqitem/bulk/close/",
         "/admin/dlq/dlqitem/bulk/retry/",
         "/admin/dlq/dlqitem/selected/close/",
+        "/admin/queues/",
     ]
     return sorted(urls)
 
