@@ -52,7 +52,7 @@ class AlertRuleAdmin(admin.ModelAdmin):
                         reverse("admin:dlq_alertevent_change", args=[e.pk]),
                         e.created_at.strftime("%Y-%m-%d %H:%M:%S"),
                         e.get_kind_display(),
-                        e.summary,
+                        e.summary_shown,
                     )
                     for e in events
                 ),
@@ -107,16 +107,20 @@ class AlertEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("kind", "rule")
     list_select_related = ("rule",)
     inlines = [AlertDeliveryInline]
-    fields = ("rule", "kind", "value", "threshold", "summary", "created_at", "dlq_items")
+    fields = ("rule", "kind", "value", "threshold", "summary_text", "created_at", "dlq_items")
     readonly_fields = fields
 
     @admin.display(description=_("notifications"))
     def delivery_status(self, obj):
-        statuses = [d.status for d in obj.deliveries.all()]
+        statuses = [d.get_status_display() for d in obj.deliveries.all()]
         return ", ".join(statuses) or "-"
 
     def get_queryset(self, request):
         return super().get_queryset(request).prefetch_related("deliveries")
+
+    @admin.display(description=_("summary"))
+    def summary_text(self, obj):
+        return obj.summary_shown
 
     @admin.display(description=_("dead letters"))
     def dlq_items(self, obj):

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.utils.translation import gettext_lazy as _
 
-from dlq.models import AuditEntry
+from dlq.admin.common import ActionFilter, action_label
+from dlq.models import AuditEntry, BulkStatus
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
 from reliability_console.paginator import CappedCountPaginator
+from tasks.models import TaskState
 
 
 @admin.register(AuditEntry)
@@ -14,14 +17,34 @@ class AuditEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "created_at",
         "actor",
-        "action",
+        "action_label",
         "target_type",
         "target_id",
         "outcome",
-        "state_before",
-        "state_after",
+        "state_before_label",
+        "state_after_label",
     )
-    list_filter = ("outcome", "action", "target_type")
+    list_filter = ("outcome", ActionFilter, "target_type")
     search_fields = ("=actor", "=target_id", "=task_id")
     paginator = CappedCountPaginator
     show_full_result_count = False
+
+    @admin.display(description=_("action"), ordering="action")
+    def action_label(self, obj: AuditEntry) -> str:
+        return action_label(obj.action)
+
+    @admin.display(description=_("state before"))
+    def state_before_label(self, obj: AuditEntry) -> str:
+        return state_label(obj.state_before)
+
+    @admin.display(description=_("state after"))
+    def state_after_label(self, obj: AuditEntry) -> str:
+        return state_label(obj.state_after)
+
+
+def state_label(state: str) -> str:
+    """A task state's name in the reader's language (a bulk action's status for bulk entries; "" stays "")."""
+    for choices in (TaskState, BulkStatus):
+        if state in choices.values:
+            return str(choices(state).label)
+    return state

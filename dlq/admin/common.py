@@ -5,14 +5,35 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.translation import gettext_lazy as _
 
-from dlq.actions import ActionDenied, ActionRefused, ReasonRequired
+from dlq.actions import ACTIONS, ActionDenied, ActionRefused, ReasonRequired
 from dlq.audit import audit_denied
 from dlq.bulk import BulkRefused
+
+
+def action_label(action: str) -> str:
+    """An operator action's name in the reader's language; other audited actions keep their code."""
+    spec = ACTIONS.get(action)
+    return str(spec.label) if spec else action
+
+
+class ActionFilter(admin.SimpleListFilter):
+    """Filter by the action taken, offered by name in the reader's language (Django's would list the codes)."""
+
+    title = _("action")
+    parameter_name = "action"
+
+    def lookups(self, request, model_admin):
+        # The same SELECT DISTINCT as Django's own filter on the column.
+        codes = model_admin.model.objects.order_by("action").values_list("action", flat=True).distinct()
+        return [(code, action_label(code)) for code in codes]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(action=self.value()) if self.value() else queryset
 
 
 def client_ip(request: HttpRequest) -> str | None:
