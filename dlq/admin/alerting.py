@@ -8,8 +8,10 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
+from dlq.alerting.channels import notification_payload
 from dlq.alerting.models import AlertChannel, AlertDelivery, AlertEvent, AlertRule
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
+from reliability_console.json_display import json_text
 
 
 @admin.register(AlertRule)
@@ -107,7 +109,7 @@ class AlertEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("kind", "rule")
     list_select_related = ("rule",)
     inlines = [AlertDeliveryInline]
-    fields = ("rule", "kind", "value", "threshold", "summary_text", "created_at", "dlq_items")
+    fields = ("rule", "kind", "value", "threshold", "summary_text", "created_at", "dlq_items", "notification")
     readonly_fields = fields
 
     @admin.display(description=_("notifications"))
@@ -121,6 +123,13 @@ class AlertEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("summary"))
     def summary_text(self, obj):
         return obj.summary_shown
+
+    @admin.display(description=_("notification sent (JSON)"))
+    def notification(self, obj):
+        return format_html(
+            '<pre class="rc-json" style="white-space:pre-wrap;overflow-wrap:anywhere">{}</pre>',
+            json_text(notification_payload(obj)),
+        )
 
     @admin.display(description=_("dead letters"))
     def dlq_items(self, obj):
