@@ -82,7 +82,7 @@ def console(clean_redis):
         for state in outcomes:
             done = task_submit(pipeline="t_local", input={"minute": minute})
             Task.objects.filter(pk=done.pk).update(state=state, finished_at=now - timedelta(minutes=minute, seconds=5))
-        for _ in range(minute * 3 % 4 // 2):
+        for _ in range(minute * 7 % 5 // 2):
             StepAttempt.objects.create(
                 task_id=parked[0].pk,
                 step_index=2,
@@ -120,6 +120,8 @@ def test_the_console_looks_like_the_product(browser_factory, live_server, consol
     for section in ("ops-finished", "ops-retries", "ops-growth"):
         assert driver.find_elements(By.CSS_SELECTOR, f"#{section} svg polyline"), section
     wait.until(lambda d: d.find_element(By.ID, "ops-refresh-toggle").text)  # the script has run
+    viewport = driver.execute_script("return document.documentElement.clientWidth")
+    assert driver.execute_script("return document.documentElement.scrollWidth") <= viewport
     page_screenshot(driver, f"dashboard{suffix}")
 
     # The DLQ item: labels in the reader's language, the input as indented JSON.
