@@ -83,7 +83,8 @@ class AuditEntry(models.Model):
         indexes = [models.Index(fields=["target_type", "target_id"], name="audit_target_idx")]
 
     def __str__(self) -> str:
-        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target_type}:{self.target_id}"
+        # No action code here: pages show the title in the reader's language, and the action has its own field.
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor} {self.target_type}:{self.target_id}"
 
 
 class BulkStatus(models.TextChoices):

@@ -11,8 +11,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.translation import gettext_lazy as _
 
 from dlq.actions import ACTIONS, ActionDenied, ActionRefused, ReasonRequired
-from dlq.audit import audit_denied
+from dlq.audit import DENIED_DETAIL, audit_denied
 from dlq.bulk import BulkRefused
+from dlq.models import BulkStatus, ResolutionCode
+from tasks.models import TaskState
 
 
 def action_label(action: str) -> str:
@@ -34,6 +36,23 @@ class ActionFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         return queryset.filter(action=self.value()) if self.value() else queryset
+
+
+def state_label(state: str) -> str:
+    """A task state's name in the reader's language (a bulk action's status for bulk entries; "" stays "")."""
+    for choices in (TaskState, BulkStatus):
+        if state in choices.values:
+            return str(choices(state).label)
+    return state
+
+
+# Details the console writes as a code or a fixed phrase; other details (counts, errors) are shown as written.
+DETAIL_LABELS = {**dict(ResolutionCode.choices), DENIED_DETAIL: _("permission denied")}
+
+
+def detail_label(detail: str) -> str:
+    """An audit entry's detail in the reader's language when it is a resolution code or a fixed phrase."""
+    return str(DETAIL_LABELS.get(detail, detail))
 
 
 def client_ip(request: HttpRequest) -> str | None:

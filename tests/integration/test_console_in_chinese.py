@@ -23,7 +23,7 @@ from dlq.actions import dlq_item_act
 from dlq.alerting.models import AlertChannel, AlertEvent, AlertKind, AlertRule
 from dlq.alerting.rules import alerts_evaluate
 from dlq.bulk import bulk_operation_request
-from dlq.models import BulkOperation, DLQItem
+from dlq.models import AuditEntry, BulkOperation, DLQItem
 from tasks.clients import api_client_create
 from tasks.models import ApiClient, Task
 from tasks.runner import task_run
@@ -55,8 +55,9 @@ ALLOWED_WORDS = {
     "Command",
     "Mac",
 }
-# Operator-given names and the seeded data's own English (an exception's message is the pipeline's, not ours).
-DATA = ("root", "the far side refused", "refused", "upstream fixed", "ops-log", "open-items-rule")
+# Operator-given names and the seeded data's own English (an exception's message and an effect's name are the
+# pipeline's, not ours).
+DATA = ("root", "the far side refused", "refused", "charge", "upstream fixed", "ops-log", "open-items-rule")
 # A token that holds one of these is an identifier or a number, not a word: t_local, 2026-12-01, 10:31, a@b.c …
 IDENTIFIER = re.compile(r"[_\d/:@.=#%?&+]|[A-Za-z]-[A-Za-z]|^-")
 WORD = re.compile(r"[A-Za-z]{3,}")
@@ -134,7 +135,12 @@ def seeded(clean_redis):
     AlertRule.objects.create(name="sweeper-rule", kind=AlertKind.SWEEPER_STALLED, threshold=60)
     alerts_evaluate()
     api_client_create(name="billing-service")
-    return {"item": DLQItem.objects.get(task=compensated), "task": Task.objects.get(pk=compensated.pk), "root": root}
+    return {
+        "item": DLQItem.objects.get(task=compensated),
+        "task": Task.objects.get(pk=compensated.pk),
+        "closed": closed,
+        "root": root,
+    }
 
 
 def pages(seeded) -> list[str]:
@@ -147,11 +153,17 @@ def pages(seeded) -> list[str]:
         "/admin/dlq/dlqitem/?status=open",
         f"/admin/dlq/dlqitem/{item.pk}/change/",
         f"/admin/dlq/dlqitem/{item.pk}/act/retry/",
+        f"/admin/dlq/dlqitem/{item.pk}/act/close/",
+        f"/admin/dlq/dlqitem/selected/compensate/?ids={item.pk}",
+        "/admin/dlq/dlqitem/bulk/close/?status=open",
         "/admin/tasks/task/",
         f"/admin/tasks/task/{task.pk}/change/",
+        f"/admin/tasks/task/{seeded['closed'].task_id}/change/",  # with an audit entry
+        f"/admin/dlq/dlqitem/{seeded['closed'].pk}/change/",
         "/admin/dlq/bulkoperation/",
         f"/admin/dlq/bulkoperation/{BulkOperation.objects.get().pk}/change/",
         "/admin/dlq/auditentry/",
+        f"/admin/dlq/auditentry/{AuditEntry.objects.filter(action='close').first().pk}/change/",
         "/admin/dlq/alertrule/",
         f"/admin/dlq/alertrule/{rule.pk}/change/",
         "/admin/dlq/alertchannel/",
