@@ -10,8 +10,9 @@ from django.utils.translation import gettext_lazy as _
 
 from dlq.admin.common import ActionFilter, ServiceViewMixin, action_label, client_ip
 from dlq.bulk import bulk_operation_command, bulk_operation_commands
-from dlq.models import BulkOperation, BulkStatus, ResolutionCode
+from dlq.models import BulkOperation, BulkStatus
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
+from tasks.models.dead_letter import resolution_label
 
 
 @admin.register(BulkOperation)
@@ -47,9 +48,7 @@ class BulkOperationAdmin(ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin)
 
     @admin.display(description=_("resolution"))
     def resolution_label(self, obj: BulkOperation):
-        if obj.resolution_code in ResolutionCode.values:
-            return ResolutionCode(obj.resolution_code).label
-        return obj.resolution_code
+        return resolution_label(obj.resolution_code)
 
     @admin.display(description=_("progress"))
     def progress(self, obj: BulkOperation):

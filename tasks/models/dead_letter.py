@@ -39,6 +39,11 @@ class ResolutionCode(models.TextChoices):
     COMPENSATED = "compensated", _("compensated, nothing more to do")
 
 
+def resolution_label(code: str) -> str:
+    """A resolution code's label in the active language; an unknown code (or "") as it is."""
+    return str(ResolutionCode(code).label) if code in ResolutionCode.values else code
+
+
 class DeadLetter(models.Model):
     task = models.ForeignKey("tasks.Task", on_delete=models.PROTECT, related_name="dlq_items", verbose_name=_("task"))
     pipeline = models.CharField(_("pipeline"), max_length=100)
@@ -106,6 +111,4 @@ class DeadLetter(models.Model):
     @property
     def resolution_shown(self) -> str:
         """The resolution code's label in the active language ("" while unresolved)."""
-        if self.resolution_code in ResolutionCode.values:
-            return str(ResolutionCode(self.resolution_code).label)
-        return self.resolution_code
+        return resolution_label(self.resolution_code)

@@ -21,13 +21,13 @@ from dlq.roles import roles_setup
 from tasks.models import AttemptOutcome, StepAttempt, Task, TaskState
 from tasks.runner import task_run
 from tasks.services import task_submit
+from tests.browser.test_operator_console_browser import PASSWORD, log_in
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"
-PASSWORD = "browser-test-password-1"
 LONG_ERROR = "upstream-said-no:" + "x" * 2000  # no space to break at
 LONG_CODE = "E" * 100  # the longest error code a row holds, no space either
 LONG_WORKER = "worker-" + "w" * 150
@@ -46,14 +46,6 @@ def page_screenshot(driver, name: str) -> Path:
     driver.save_screenshot(str(path))
     driver.set_window_size(1400, 1000)
     return path
-
-
-def log_in(driver, live_server, username: str) -> None:
-    driver.get(f"{live_server.url}/admin/login/?next=/admin/")
-    driver.find_element(By.NAME, "username").send_keys(username)
-    driver.find_element(By.NAME, "password").send_keys(PASSWORD)
-    driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    WebDriverWait(driver, 15).until(EC.presence_of_element_located((By.ID, "user-tools")))
 
 
 @pytest.fixture
@@ -153,12 +145,16 @@ def test_the_console_looks_like_the_product(browser_factory, live_server, consol
     page_screenshot(driver, f"task-page{suffix}")
 
 
+def open_total(driver) -> int:
+    # Read in one script call: a refresh may swap the element between a lookup and a read.
+    return int(driver.execute_script("return document.getElementById('ops-open-total').textContent").split()[0])
+
+
 def test_the_dashboard_refreshes_itself_until_paused(browser_factory, live_server, console):
     driver = browser_factory()
     log_in(driver, live_server, "supervisor-b")
     driver.get(f"{live_server.url}/admin/dashboard/")
-    total = driver.find_element(By.ID, "ops-open-total")
-    before = int(total.text.split()[0])
+    before = open_total(driver)
     driver.execute_script("window.notReloaded = true")
 
     failed = task_submit(pipeline="t_parked", input={"fail": True})
@@ -166,7 +162,7 @@ def test_the_dashboard_refreshes_itself_until_paused(browser_factory, live_serve
 
     # Within one refresh (15 s) the new item shows, swapped in place: the page itself was not reloaded.
     wait_for(
-        lambda: int(driver.find_element(By.ID, "ops-open-total").text.split()[0]) == before + 1,
+        lambda: open_total(driver) == before + 1,
         timeout=25,
         message="the dashboard to refresh its figures",
     )
