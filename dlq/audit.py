@@ -28,6 +28,8 @@ AUDIT_PURGE_ACTION = "audit_purged"
 RETENTION_ACTOR = "system:retention"
 # Entries per transaction: each is one DELETE and one audit entry saying so.
 AUDIT_PURGE_BATCH_SIZE = 5000
+# The detail of an entry recording a refused permission (the console shows it translated).
+DENIED_DETAIL = "permission denied"
 # A sweeper run purges for at most this long (the sweep it belongs to waits for it).
 SWEEPER_RUN_SECONDS = 5.0
 # The most an entry stores of its free-text fields. An allowed user's longer reason is refused with a form error
@@ -94,7 +96,7 @@ def audit_denied(
         target_id=target_id,
         outcome=AuditOutcome.DENIED,
         reason=reason,
-        detail="permission denied",
+        detail=DENIED_DETAIL,
         client_ip=client_ip,
     )
 

@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 from rq import Worker
 
 from dlq.actions import ACTIONS
+from dlq.activity import MinuteActivity, minute_activity
 from dlq.audit import AUDIT_PURGE_KIND
 from dlq.models import AlertEvent, AlertRule, AlertState, AuditEntry, AuditOutcome, DLQItem, DLQStatus
 from dlq.selectors import FailureGroup
@@ -453,6 +454,7 @@ class Dashboard:
     task_states: TaskStateCounts
     open_items: OpenItems
     growth: HourlyGrowth
+    activity: MinuteActivity  # tasks finished and retries per minute (dlq.activity)
     queue: QueueFigures
     sweeper: SweeperStatus
     operator_activity: OperatorActivity
@@ -468,6 +470,7 @@ def dashboard_snapshot(*, now: dt.datetime | None = None) -> Dashboard:
         task_states=task_state_counts(now=now),
         open_items=dlq_open_items(now=now),
         growth=dlq_hourly_growth(now=now),
+        activity=minute_activity(now=now),
         queue=queue_figures(),
         sweeper=sweeper_status(now=now),
         operator_activity=operator_activity(now=now),

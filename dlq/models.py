@@ -54,20 +54,26 @@ class AuditOutcome(models.TextChoices):
 class AuditEntry(models.Model):
     """One append-only row per operator action (on PostgreSQL a trigger rejects UPDATE and DELETE)."""
 
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    actor = models.CharField(max_length=150)
-    action = models.CharField(max_length=50)
-    target_type = models.CharField(max_length=50)
-    target_id = models.CharField(max_length=64)
-    task_id = models.UUIDField(null=True, blank=True, db_index=True)
-    state_before = models.CharField(max_length=40, blank=True, default="")
-    state_after = models.CharField(max_length=40, blank=True, default="")
-    reason = models.TextField(blank=True, default="")
-    outcome = models.CharField(max_length=20, choices=AuditOutcome.choices)
-    detail = models.TextField(blank=True, default="")
-    client_ip = models.GenericIPAddressField(null=True, blank=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
+    actor = models.CharField(_("actor"), max_length=150)
+    action = models.CharField(_("action"), max_length=50)
+    target_type = models.CharField(_("target type"), max_length=50)
+    target_id = models.CharField(_("target id"), max_length=64)
+    task_id = models.UUIDField(_("task id"), null=True, blank=True, db_index=True)
+    state_before = models.CharField(_("state before"), max_length=40, blank=True, default="")
+    state_after = models.CharField(_("state after"), max_length=40, blank=True, default="")
+    reason = models.TextField(_("reason"), blank=True, default="")
+    outcome = models.CharField(_("outcome"), max_length=20, choices=AuditOutcome.choices)
+    detail = models.TextField(_("detail"), blank=True, default="")
+    client_ip = models.GenericIPAddressField(_("client IP address"), null=True, blank=True)
     bulk_operation = models.ForeignKey(
-        "BulkOperation", null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+        "BulkOperation",
+        verbose_name=_("bulk action"),
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
     )
 
     class Meta:
@@ -77,7 +83,8 @@ class AuditEntry(models.Model):
         indexes = [models.Index(fields=["target_type", "target_id"], name="audit_target_idx")]
 
     def __str__(self) -> str:
-        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target_type}:{self.target_id}"
+        # No action code here: pages show the title in the reader's language, and the action has its own field.
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor} {self.target_type}:{self.target_id}"
 
 
 class BulkStatus(models.TextChoices):
@@ -92,25 +99,25 @@ class BulkStatus(models.TextChoices):
 class BulkOperation(models.Model):
     """An action applied to every DLQ item matching a filter, in the background, canary first."""
 
-    action = models.CharField(max_length=30)
-    filter_query = models.TextField(help_text=_("the DLQ list filter it was started from"))
-    item_ids = models.JSONField(default=list, help_text=_("the matching items, fixed when requested"))
-    reason = models.TextField()
-    resolution_code = models.CharField(max_length=40, blank=True, default="")
-    requested_by = models.CharField(max_length=150)
-    approved_by = models.CharField(max_length=150, blank=True, default="")
-    status = models.CharField(max_length=30, choices=BulkStatus.choices)
-    total = models.PositiveIntegerField(default=0)
-    processed = models.PositiveIntegerField(default=0)
-    succeeded = models.PositiveIntegerField(default=0)
-    failed = models.PositiveIntegerField(default=0)
-    canary_size = models.PositiveIntegerField(default=10)
-    canary_max_failure_rate = models.FloatField(default=0.2)
-    rate_per_second = models.FloatField(default=5.0)
-    client_ip = models.GenericIPAddressField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+    action = models.CharField(_("action"), max_length=30)
+    filter_query = models.TextField(_("filter"), help_text=_("the DLQ list filter it was started from"))
+    item_ids = models.JSONField(_("items"), default=list, help_text=_("the matching items, fixed when requested"))
+    reason = models.TextField(_("reason"))
+    resolution_code = models.CharField(_("resolution"), max_length=40, blank=True, default="")
+    requested_by = models.CharField(_("requested by"), max_length=150)
+    approved_by = models.CharField(_("approved by"), max_length=150, blank=True, default="")
+    status = models.CharField(_("status"), max_length=30, choices=BulkStatus.choices)
+    total = models.PositiveIntegerField(_("total"), default=0)
+    processed = models.PositiveIntegerField(_("processed"), default=0)
+    succeeded = models.PositiveIntegerField(_("succeeded"), default=0)
+    failed = models.PositiveIntegerField(_("failed"), default=0)
+    canary_size = models.PositiveIntegerField(_("canary size"), default=10)
+    canary_max_failure_rate = models.FloatField(_("canary's highest failure rate"), default=0.2)
+    rate_per_second = models.FloatField(_("items per second"), default=5.0)
+    client_ip = models.GenericIPAddressField(_("client IP address"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+    finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("bulk action")
@@ -118,7 +125,7 @@ class BulkOperation(models.Model):
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
-        return f"{self.action} on {self.total} items ({self.status})"
+        return _("bulk action #%(id)s (%(status)s)") % {"id": self.pk, "status": self.get_status_display()}
 
     @property
     def progress_percent(self) -> int:

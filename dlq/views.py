@@ -14,6 +14,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 
+from dlq.activity import OUTCOMES, MinuteActivity
 from dlq.audit import audit_denied
 from dlq.dashboard import HourlyGrowth, dashboard_snapshot
 from dlq.queues import queue_states
@@ -23,6 +24,17 @@ from dlq.svg_charts import Series, line_chart
 HOURS_BETWEEN_X_LABELS = 24
 CREATED_COLOUR = "#c0392b"
 RESOLVED_COLOUR = "#2980b9"
+# The per-minute charts label every half hour; outcomes have the colours of the task states' badges.
+MINUTES_BETWEEN_X_LABELS = 30
+OUTCOME_COLOURS = {
+    "succeeded": "#15803d",
+    "failed": "#b91c1c",
+    "compensated": "#0f766e",
+    "compensation_failed": "#7c3aed",
+}
+RETRY_COLOUR = "#b45309"
+# How often the dashboard reloads its figures (the page's pause button stops it).
+REFRESH_SECONDS = 15
 
 
 def growth_chart(growth: HourlyGrowth) -> SafeString:
@@ -45,6 +57,39 @@ def growth_chart(growth: HourlyGrowth) -> SafeString:
     )
 
 
+def _minute_labels(activity: MinuteActivity) -> dict[int, str]:
+    return {
+        index: date_format(timezone.localtime(minute), "H:i")
+        for index, minute in enumerate(activity.minutes)
+        if minute.minute % MINUTES_BETWEEN_X_LABELS == 0
+    }
+
+
+def finished_chart(activity: MinuteActivity) -> SafeString:
+    """Tasks finished per minute, one line per outcome, as an inline SVG chart."""
+    return line_chart(
+        title=gettext("Tasks finished per minute, by outcome"),
+        description=gettext("%(count)d tasks finished in the last %(hours)d hours.")
+        % {"count": activity.total_finished, "hours": activity.hours},
+        series=[
+            Series(label=state.label, values=activity.finished[state.value], colour=OUTCOME_COLOURS[state.value])
+            for state in OUTCOMES
+        ],
+        x_labels=_minute_labels(activity),
+    )
+
+
+def retries_chart(activity: MinuteActivity) -> SafeString:
+    """Retries scheduled per minute as an inline SVG chart."""
+    return line_chart(
+        title=gettext("Retries per minute"),
+        description=gettext("%(count)d retries scheduled in the last %(hours)d hours.")
+        % {"count": activity.total_retries, "hours": activity.hours},
+        series=[Series(label=gettext("retries"), values=activity.retries, colour=RETRY_COLOUR)],
+        x_labels=_minute_labels(activity),
+    )
+
+
 @staff_member_required
 @permission_required("dlq.view_dlqitem", raise_exception=True)
 @never_cache
@@ -56,6 +101,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "title": _("Dashboard"),
         "dashboard": snapshot,
         "growth_chart": growth_chart(snapshot.growth),
+        "finished_chart": finished_chart(snapshot.activity),
+        "retries_chart": retries_chart(snapshot.activity),
+        "refresh_seconds": REFRESH_SECONDS,
     }
     return TemplateResponse(request, "admin/dashboard.html", context)
 

@@ -48,7 +48,8 @@ SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", True)
 SECURE_REDIRECT_EXEMPT = env.list("DJANGO_SECURE_REDIRECT_EXEMPT", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin, with the console's site (its name, translated third-party names) as the default site.
+    "reliability_console.admin_site.ConsoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -31,25 +31,16 @@ from tasks.models import (
     Task,
     TaskState,
 )
+from tasks.reason_texts import reason_params, reason_sentence_english
 from tasks.redaction import redact
 
-REASON_TEXT = {
-    FailureReason.PERMANENT_ERROR: "Step {step!r} failed with a permanent error ({code}): {message}",
-    FailureReason.ATTEMPTS_EXHAUSTED: "Step {step!r} kept failing with transient errors; all {attempts} attempts "
-    "used. Last error ({code}): {message}",
-    FailureReason.DEADLINE_EXCEEDED: "The task's deadline passed before step {step!r} could run again. Last error "
-    "({code}): {message}",
-    FailureReason.CRASH_LOOP: "Workers died {crashes} times while running step {step!r}; stopped to avoid a crash "
-    "loop.",
-    FailureReason.COMPENSATION_FAILED: "Compensation could not finish: {message}",
-}
 PURGE_BATCH_SIZE = 1000
 
 
 def reason_text(*, reason: str, step: str, code: str, message: str, attempts: int, crashes: int = 0) -> str:
-    """The human-readable explanation an item shows for a failure ``reason`` (a ``FailureReason``)."""
-    template = REASON_TEXT.get(reason, "Step {step!r} failed ({code}): {message}")
-    return template.format(step=step, code=code or "-", message=message or "-", attempts=attempts, crashes=crashes)
+    """The English explanation an item stores for a failure ``reason`` (a ``FailureReason``)."""
+    params = reason_params(step=step, code=code, message=message, attempts=attempts, crashes=crashes)
+    return reason_sentence_english(reason=reason, params=params)
 
 
 def dead_letter_open(*, task: Task, reason: FailureReason, error: Classification, step: str) -> DeadLetter:
@@ -58,17 +49,14 @@ def dead_letter_open(*, task: Task, reason: FailureReason, error: Classification
     Its status follows the task: compensating when the task goes on to
     compensate, open when it waits for an operator.
     """
+    params = reason_params(
+        step=step, code=error.code, message=error.message, attempts=task.total_attempts, crashes=task.crash_count
+    )
     values = {
         "pipeline": task.pipeline,
         "reason_code": reason,
-        "reason": reason_text(
-            reason=reason,
-            step=step,
-            code=error.code,
-            message=error.message,
-            attempts=task.total_attempts,
-            crashes=task.crash_count,
-        ),
+        "reason": reason_sentence_english(reason=reason, params=params),
+        "reason_params": params,
         "error_code": error.code,
         "error_class": error.error_class,
         "error_message": error.message,

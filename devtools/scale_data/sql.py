@@ -10,7 +10,8 @@ recompute what they need about a task (``_task_rows``) instead of reading it
 back. The statements take the shape's tables as arrays (``sql_params``): a
 weighted choice indexes an array of ``SLOTS`` positions with a uniform number,
 and the DLQ reasons are the production text (``tasks.dead_letters.reason_text``) with a
-marker where each item's own message goes. Batches bind ``first`` and ``last``.
+marker where each item's own message goes, plus the facts pages word it from
+(``reason_params``). Batches bind ``first`` and ``last``.
 """
 
 from __future__ import annotations
@@ -253,14 +254,16 @@ def dlq_insert(plan: SeedPlan) -> str:
     return f"""
     INSERT INTO dlq_dlqitem (task_id, pipeline, reason_code, reason, error_code, error_class, error_message,
         failing_step, attempts, input_snapshot, fingerprint, status, compensation_error, resolution_code,
-        resolution_note, created_at, updated_at, resolved_at)
+        resolution_note, created_at, updated_at, resolved_at, reason_params)
     SELECT id, pipeline, mode_reason, replace((%(mode_reason_text)s::text[])[m + 1], '{{message}}', message),
         mode_code, mode_class, message, mode_step, mode_attempts, input, (%(fingerprints)s::text[])[m + 1],
         status,
         CASE WHEN is_last AND state = 'compensation_failed' THEN compensation_message ELSE '' END,
         CASE WHEN is_last THEN last_resolution ELSE 'ignored' END,
         CASE WHEN is_last THEN last_note ELSE 'failed again later' END,
-        item_created_at, COALESCE(resolved_at, item_created_at), resolved_at
+        item_created_at, COALESCE(resolved_at, item_created_at), resolved_at,
+        jsonb_build_object('step', mode_step, 'code', mode_code, 'message', message, 'attempts', mode_attempts,
+            'crashes', mode_attempts)
     FROM (
         SELECT r.*,
             CASE WHEN is_last THEN last_status ELSE 'resolved' END AS status,

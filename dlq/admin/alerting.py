@@ -9,9 +9,11 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
 from dlq.admin.common import DenialsAuditedMixin
+from dlq.alerting.channels import notification_payload
 from dlq.alerting.masking import secret_masked, secrets_scrubbed, url_masked
 from dlq.alerting.models import AlertChannel, AlertDelivery, AlertEvent, AlertRule
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
+from reliability_console.json_display import json_text
 
 
 @admin.register(AlertRule)
@@ -54,7 +56,7 @@ class AlertRuleAdmin(DenialsAuditedMixin, admin.ModelAdmin):
                         reverse("admin:dlq_alertevent_change", args=[e.pk]),
                         e.created_at.strftime("%Y-%m-%d %H:%M:%S"),
                         e.get_kind_display(),
-                        e.summary,
+                        e.summary_shown,
                     )
                     for e in events
                 ),
@@ -153,16 +155,27 @@ class AlertEventAdmin(DenialsAuditedMixin, ReadOnlyAdminMixin, admin.ModelAdmin)
     list_filter = ("kind", "rule")
     list_select_related = ("rule",)
     inlines = [AlertDeliveryInline]
-    fields = ("rule", "kind", "value", "threshold", "summary", "created_at", "dlq_items")
+    fields = ("rule", "kind", "value", "threshold", "summary_text", "created_at", "dlq_items", "notification")
     readonly_fields = fields
 
     @admin.display(description=_("notifications"))
     def delivery_status(self, obj):
-        statuses = [d.status for d in obj.deliveries.all()]
+        statuses = [d.get_status_display() for d in obj.deliveries.all()]
         return ", ".join(statuses) or "-"
 
     def get_queryset(self, request):
         return super().get_queryset(request).prefetch_related("deliveries")
+
+    @admin.display(description=_("summary"))
+    def summary_text(self, obj):
+        return obj.summary_shown
+
+    @admin.display(description=_("notification sent (JSON)"))
+    def notification(self, obj):
+        return format_html(
+            '<pre class="rc-json" style="white-space:pre-wrap;overflow-wrap:anywhere">{}</pre>',
+            json_text(notification_payload(obj)),
+        )
 
     @admin.display(description=_("dead letters"))
     def dlq_items(self, obj):

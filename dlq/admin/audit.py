@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.db.models.functions import Left, Length
 from django.utils.translation import gettext_lazy as _
 
-from dlq.admin.common import DenialsAuditedMixin
+from dlq.admin.common import ActionFilter, DenialsAuditedMixin, action_label, detail_label, state_label
 from dlq.audit import DETAIL_MAX_LENGTH, REASON_MAX_LENGTH, text_bounded
 from dlq.models import AuditEntry
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
@@ -22,28 +22,29 @@ class AuditEntryAdmin(DenialsAuditedMixin, ReadOnlyAdminMixin, admin.ModelAdmin)
     list_display = (
         "created_at",
         "actor",
-        "action",
+        "action_label",
         "target_type",
         "target_id",
         "outcome",
-        "state_before",
-        "state_after",
+        "state_before_label",
+        "state_after_label",
         "reason_start",
     )
-    list_filter = ("outcome", "action", "target_type")
+    list_filter = ("outcome", ActionFilter, "target_type")
     search_fields = ("=actor", "=target_id", "=task_id")
     paginator = CappedCountPaginator
     show_full_result_count = False
+    # The entry's page: codes (action, states, a close's resolution) by name in the reader's language.
     fields = (
         "created_at",
         "actor",
-        "action",
+        "action_label",
         "target_type",
         "target_id",
         "task_id",
+        "state_before_label",
+        "state_after_label",
         "outcome",
-        "state_before",
-        "state_after",
         "reason_text",
         "detail_text",
         "client_ip",
@@ -75,4 +76,16 @@ class AuditEntryAdmin(DenialsAuditedMixin, ReadOnlyAdminMixin, admin.ModelAdmin)
 
     @admin.display(description=_("detail"))
     def detail_text(self, obj):
-        return text_bounded(obj.detail_first, DETAIL_MAX_LENGTH, length=obj.detail_length)
+        return detail_label(text_bounded(obj.detail_first, DETAIL_MAX_LENGTH, length=obj.detail_length))
+
+    @admin.display(description=_("action"), ordering="action")
+    def action_label(self, obj: AuditEntry) -> str:
+        return action_label(obj.action)
+
+    @admin.display(description=_("state before"))
+    def state_before_label(self, obj: AuditEntry) -> str:
+        return state_label(obj.state_before)
+
+    @admin.display(description=_("state after"))
+    def state_after_label(self, obj: AuditEntry) -> str:
+        return state_label(obj.state_after)

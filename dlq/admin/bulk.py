@@ -8,22 +8,56 @@ from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
 
-from dlq.admin.common import DenialsAuditedMixin, ServiceViewMixin, client_ip
+from dlq.admin.common import ActionFilter, DenialsAuditedMixin, ServiceViewMixin, action_label, client_ip
 from dlq.bulk import bulk_operation_command, bulk_operation_commands
 from dlq.models import BulkOperation, BulkStatus
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
+from tasks.models.dead_letter import resolution_label
 
 
 @admin.register(BulkOperation)
 class BulkOperationAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "action", "status", "progress", "requested_by", "approved_by", "created_at")
-    list_filter = ("status", "action")
+    list_display = ("id", "action_label", "status", "progress", "requested_by", "approved_by", "created_at")
+    list_filter = ("status", ActionFilter)
     change_form_template = "admin/dlq/bulkoperation/change_form.html"
-    exclude = ("item_ids",)
+    fields = (
+        "action_label",
+        "filter_query",
+        "reason",
+        "resolution_label",
+        "requested_by",
+        "approved_by",
+        "status",
+        "total",
+        "processed",
+        "succeeded",
+        "failed",
+        "canary_size",
+        "canary_max_failure_rate",
+        "rate_per_second",
+        "client_ip",
+        "created_at",
+        "updated_at",
+        "finished_at",
+    )
+    readonly_fields = fields
+
+    @admin.display(description=_("action"), ordering="action")
+    def action_label(self, obj: BulkOperation):
+        return action_label(obj.action)
+
+    @admin.display(description=_("resolution"))
+    def resolution_label(self, obj: BulkOperation):
+        return resolution_label(obj.resolution_code)
 
     @admin.display(description=_("progress"))
     def progress(self, obj: BulkOperation):
-        return f"{obj.processed}/{obj.total} ({obj.succeeded} ok, {obj.failed} failed)"
+        return _("%(done)s/%(total)s (%(ok)s succeeded, %(failed)s failed)") % {
+            "done": obj.processed,
+            "total": obj.total,
+            "ok": obj.succeeded,
+            "failed": obj.failed,
+        }
 
     def get_urls(self):
         view = self.admin_site.admin_view

@@ -7,14 +7,54 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.translation import gettext_lazy as _
 
-from dlq.actions import ActionDenied, ActionRefused, ReasonRequired
-from dlq.audit import audit_denied
+from dlq.actions import ACTIONS, ActionDenied, ActionRefused, ReasonRequired
+from dlq.audit import DENIED_DETAIL, audit_denied
 from dlq.bulk import BulkRefused
+from dlq.models import BulkStatus, ResolutionCode
+from tasks.models import TaskState
+
+
+def action_label(action: str) -> str:
+    """An operator action's name in the reader's language; other audited actions keep their code."""
+    spec = ACTIONS.get(action)
+    return str(spec.label) if spec else action
+
+
+class ActionFilter(admin.SimpleListFilter):
+    """Filter by the action taken, offered by name in the reader's language (Django's would list the codes)."""
+
+    title = _("action")
+    parameter_name = "action"
+
+    def lookups(self, request, model_admin):
+        # The same SELECT DISTINCT as Django's own filter on the column.
+        codes = model_admin.model.objects.order_by("action").values_list("action", flat=True).distinct()
+        return [(code, action_label(code)) for code in codes]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(action=self.value()) if self.value() else queryset
+
+
+def state_label(state: str) -> str:
+    """A task state's name in the reader's language (a bulk action's status for bulk entries; "" stays "")."""
+    for choices in (TaskState, BulkStatus):
+        if state in choices.values:
+            return str(choices(state).label)
+    return state
+
+
+# Details the console writes as a code or a fixed phrase; other details (counts, errors) are shown as written.
+DETAIL_LABELS = {**dict(ResolutionCode.choices), DENIED_DETAIL: _("permission denied")}
+
+
+def detail_label(detail: str) -> str:
+    """An audit entry's detail in the reader's language when it is a resolution code or a fixed phrase."""
+    return str(DETAIL_LABELS.get(detail, detail))
 
 
 def client_ip(request: HttpRequest) -> str | None:

@@ -10,7 +10,6 @@ whole table and loads only the columns it shows.
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ from dlq.admin.common import DenialsAuditedMixin
 from dlq.lifecycle import lifecycle_svg
 from dlq.models import AuditEntry
 from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, PipelineFilter, ReadOnlyAdminMixin
+from reliability_console.json_display import json_text
 from reliability_console.paginator import CappedCountPaginator
 from tasks import registry
 from tasks.clients import api_client_revoke
@@ -85,7 +85,7 @@ class JsonBlock:
 
 def _json_block(value: Any) -> JsonBlock:
     """``value`` redacted and pretty-printed for a page, cut if it is very long."""
-    text = json.dumps(redact(value), indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    text = json_text(redact(value))
     if len(text) > MAX_JSON_CHARACTERS:
         return JsonBlock(text[:MAX_JSON_CHARACTERS], True)
     return JsonBlock(text, False)

@@ -79,7 +79,27 @@ class DLQItemAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, ad
     change_list_template = "admin/dlq/dlqitem/change_list.html"
     change_form_template = "admin/dlq/dlqitem/change_form.html"
     actions = ["act_retry", "act_retry_from_start", "act_compensate", "act_close"]
-    exclude = ("input_snapshot",)
+    # The item page: the reason and the resolution in the reader's language (the input is shown as JSON below).
+    fields = (
+        "task",
+        "pipeline",
+        "status",
+        "reason_code",
+        "reason_text",
+        "error_code",
+        "error_class",
+        "error_message",
+        "failing_step",
+        "attempts",
+        "fingerprint",
+        "compensation_error",
+        "resolution_text",
+        "resolution_note",
+        "created_at",
+        "updated_at",
+        "resolved_at",
+    )
+    readonly_fields = fields
 
     # --- list ----------------------------------------------------------------------
     @admin.display(description=_("status"), ordering="status")
@@ -94,6 +114,14 @@ class DLQItemAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, ad
     @admin.display(description=_("age"), ordering="created_at")
     def age(self, obj: DLQItem):
         return timesince(obj.created_at)
+
+    @admin.display(description=_("reason"))
+    def reason_text(self, obj: DLQItem) -> str:
+        return obj.reason_shown
+
+    @admin.display(description=_("resolution"))
+    def resolution_text(self, obj: DLQItem) -> str:
+        return obj.resolution_shown
 
     @admin.display(description=_("task"))
     def task_link(self, obj: DLQItem):

@@ -11,11 +11,12 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db.models import Max, Min
 
 from dlq.alerting.models import AlertKind, AlertRule
+from dlq.alerting.summaries import SHOWN_GROUPS, summary_sentence_english
 from dlq.models import DLQItem
 from tasks.models import UNRESOLVED_STATUSES, SweeperHeartbeat
 
@@ -29,16 +30,23 @@ NEW_GROUP_SCAN_LIMIT = 200
 class Measurement:
     value: float | None  # None: nothing to measure yet (no sweeper ever ran)
     breaching: bool
-    summary: str
+    summary_code: str  # a key of dlq.alerting.summaries.SUMMARIES
+    summary_params: dict = field(default_factory=dict)
     dlq_item_ids: tuple[int, ...] = ()
+
+    @property
+    def summary(self) -> str:
+        """The summary in English, as stored with the event and sent in notifications."""
+        return summary_sentence_english(code=self.summary_code, params=self.summary_params)
 
 
 def _scope(queryset, rule: AlertRule):
     return queryset.filter(pipeline=rule.pipeline) if rule.pipeline else queryset
 
 
-def _where(rule: AlertRule) -> str:
-    return f"pipeline {rule.pipeline!r}" if rule.pipeline else "all pipelines"
+def _facts(rule: AlertRule, **values) -> dict:
+    # Numbers as the sentence shows them, so the stored facts read the same in every language.
+    return {"pipeline": rule.pipeline, "limit": f"{rule.threshold:g}", **values}
 
 
 def _open(rule: AlertRule):
@@ -49,29 +57,24 @@ def measure_open_items(rule: AlertRule, *, now: dt.datetime) -> Measurement:
     items = _open(rule)
     count = items.count()
     ids = tuple(items.order_by("-created_at").values_list("pk", flat=True)[:LINKED_ITEMS])
-    return Measurement(
-        float(count),
-        count > rule.threshold,
-        f"{count} open DLQ items in {_where(rule)} (limit {rule.threshold:g})",
-        ids,
-    )
+    return Measurement(float(count), count > rule.threshold, "open_items", _facts(rule, count=count), ids)
 
 
 def measure_growth(rule: AlertRule, *, now: dt.datetime) -> Measurement:
     items = _scope(DLQItem.objects.filter(created_at__gte=now - dt.timedelta(seconds=rule.window_seconds)), rule)
     count = items.count()
     ids = tuple(items.order_by("-created_at").values_list("pk", flat=True)[:LINKED_ITEMS])
-    summary = f"{count} new DLQ items in {_where(rule)} within {rule.window_seconds}s (limit {rule.threshold:g})"
-    return Measurement(float(count), count > rule.threshold, summary, ids)
+    facts = _facts(rule, count=count, window=rule.window_seconds)
+    return Measurement(float(count), count > rule.threshold, "growth", facts, ids)
 
 
 def measure_oldest_age(rule: AlertRule, *, now: dt.datetime) -> Measurement:
     oldest = list(_open(rule).order_by("created_at").values_list("pk", "created_at")[:LINKED_ITEMS])
     if not oldest:
-        return Measurement(0.0, False, f"no open DLQ items in {_where(rule)}")
+        return Measurement(0.0, False, "oldest_age_none", _facts(rule))
     age = max(0.0, (now - oldest[0][1]).total_seconds())
-    summary = f"the oldest open DLQ item in {_where(rule)} is {age:.0f}s old (limit {rule.threshold:g}s)"
-    return Measurement(age, age > rule.threshold, summary, tuple(pk for pk, _ in oldest))
+    facts = _facts(rule, age=f"{age:.0f}")
+    return Measurement(age, age > rule.threshold, "oldest_age", facts, tuple(pk for pk, _ in oldest))
 
 
 def measure_new_failure_group(rule: AlertRule, *, now: dt.datetime) -> Measurement:
@@ -97,20 +100,19 @@ def measure_new_failure_group(rule: AlertRule, *, now: dt.datetime) -> Measureme
         .values_list("pk", flat=True)[:LINKED_ITEMS]
     )
     if not new:
-        return Measurement(0.0, False, f"no new failure group in {_where(rule)}")
-    shown = ", ".join(new[:5]) + (" …" if len(new) > 5 else "")
-    summary = f"{len(new)} failure group(s) not seen in the previous {rule.lookback_days} days: {shown}"
-    return Measurement(float(len(new)), len(new) > rule.threshold, summary, ids)
+        return Measurement(0.0, False, "new_failure_group_none", _facts(rule))
+    facts = _facts(rule, count=len(new), days=rule.lookback_days, groups=new[: SHOWN_GROUPS + 1])
+    return Measurement(float(len(new)), len(new) > rule.threshold, "new_failure_group", facts, ids)
 
 
 def measure_sweeper_stalled(rule: AlertRule, *, now: dt.datetime) -> Measurement:
     last = SweeperHeartbeat.objects.aggregate(last=Max("last_run_at"))["last"]
     if last is None:
-        return Measurement(None, True, "no sweeper has ever run: delivery of lost or retried tasks is at risk")
+        return Measurement(None, True, "sweeper_never_ran", _facts(rule))
     age = max(0.0, (now - last).total_seconds())
     breaching = age > rule.threshold
-    summary = f"the last sweep finished {age:.0f}s ago (limit {rule.threshold:g}s)"
-    return Measurement(age, breaching, summary + (": delivery is at risk" if breaching else ""))
+    code = "sweeper_stalled" if breaching else "sweeper_age"
+    return Measurement(age, breaching, code, _facts(rule, age=f"{age:.0f}"))
 
 
 MEASURES = {

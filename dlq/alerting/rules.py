@@ -126,6 +126,8 @@ def _transition(
             value=measurement.value,
             threshold=rule.threshold,
             summary=measurement.summary,
+            summary_code=measurement.summary_code,
+            summary_params=measurement.summary_params,
             dlq_item_ids=list(measurement.dlq_item_ids),
         )
         alert_notifications_submit(event=event)

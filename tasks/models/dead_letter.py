@@ -39,25 +39,37 @@ class ResolutionCode(models.TextChoices):
     COMPENSATED = "compensated", _("compensated, nothing more to do")
 
 
+def resolution_label(code: str) -> str:
+    """A resolution code's label in the active language; an unknown code (or "") as it is."""
+    return str(ResolutionCode(code).label) if code in ResolutionCode.values else code
+
+
 class DeadLetter(models.Model):
-    task = models.ForeignKey("tasks.Task", on_delete=models.PROTECT, related_name="dlq_items")
-    pipeline = models.CharField(max_length=100)
-    reason_code = models.CharField(max_length=40)
-    reason = models.TextField(help_text=_("human-readable explanation of the failure"))
-    error_code = models.CharField(max_length=100, blank=True, default="")
-    error_class = models.CharField(max_length=200, blank=True, default="")
-    error_message = models.TextField(blank=True, default="")
-    failing_step = models.CharField(max_length=100, blank=True, default="")
-    attempts = models.PositiveIntegerField(default=0)
-    input_snapshot = models.JSONField(default=dict, help_text=_("task input with secrets redacted"))
-    fingerprint = models.CharField(max_length=300, help_text=_("pipeline:step:error code, for grouping"))
-    status = models.CharField(max_length=20, choices=DLQStatus.choices, default=DLQStatus.OPEN)
-    compensation_error = models.TextField(blank=True, default="")
-    resolution_code = models.CharField(max_length=40, blank=True, default="")
-    resolution_note = models.TextField(blank=True, default="")
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-    resolved_at = models.DateTimeField(null=True, blank=True)
+    task = models.ForeignKey("tasks.Task", on_delete=models.PROTECT, related_name="dlq_items", verbose_name=_("task"))
+    pipeline = models.CharField(_("pipeline"), max_length=100)
+    reason_code = models.CharField(_("reason code"), max_length=40)
+    reason = models.TextField(_("reason"), help_text=_("the explanation of the failure, in English"))
+    # The facts of the reason's sentence (tasks.reason_texts): pages make it in the reader's language.
+    # Empty on items written before it existed; those show ``reason``.
+    reason_params = models.JSONField(_("reason parameters"), default=dict, db_default={}, blank=True)
+    error_code = models.CharField(_("error code"), max_length=100, blank=True, default="")
+    error_class = models.CharField(_("error class"), max_length=200, blank=True, default="")
+    error_message = models.TextField(_("error message"), blank=True, default="")
+    failing_step = models.CharField(_("failing step"), max_length=100, blank=True, default="")
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    input_snapshot = models.JSONField(
+        _("input snapshot"), default=dict, help_text=_("task input with secrets redacted")
+    )
+    fingerprint = models.CharField(
+        _("fingerprint"), max_length=300, help_text=_("pipeline:step:error code, for grouping")
+    )
+    status = models.CharField(_("status"), max_length=20, choices=DLQStatus.choices, default=DLQStatus.OPEN)
+    compensation_error = models.TextField(_("compensation error"), blank=True, default="")
+    resolution_code = models.CharField(_("resolution"), max_length=40, blank=True, default="")
+    resolution_note = models.TextField(_("resolution note"), blank=True, default="")
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+    resolved_at = models.DateTimeField(_("resolved"), null=True, blank=True)
 
     class Meta:
         db_table = "dlq_dlqitem"
@@ -86,3 +98,17 @@ class DeadLetter(models.Model):
 
     def __str__(self) -> str:
         return f"DLQ {self.pk}: {self.pipeline}/{self.failing_step} {self.reason_code}"
+
+    @property
+    def reason_shown(self) -> str:
+        """The reason in the active language (the stored English one for items without parameters)."""
+        if not self.reason_params:
+            return self.reason
+        from tasks.reason_texts import reason_sentence  # the texts import the models
+
+        return reason_sentence(reason=self.reason_code, params=self.reason_params)
+
+    @property
+    def resolution_shown(self) -> str:
+        """The resolution code's label in the active language ("" while unresolved)."""
+        return resolution_label(self.resolution_code)

@@ -10,14 +10,17 @@ from django.utils.translation import gettext_lazy as _
 class ApiClient(models.Model):
     """A program that calls the HTTP API with a bearer token (only its hash is stored)."""
 
-    name = models.CharField(max_length=100, unique=True)
-    token_hash = models.CharField(max_length=64, unique=True)
-    token_prefix = models.CharField(max_length=12, help_text=_("first characters, to recognise a token"))
-    created_at = models.DateTimeField(auto_now_add=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
+    name = models.CharField(_("name"), max_length=100, unique=True)
+    token_hash = models.CharField(_("token hash"), max_length=64, unique=True)
+    token_prefix = models.CharField(
+        _("token prefix"), max_length=12, help_text=_("first characters, to recognise a token")
+    )
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    revoked_at = models.DateTimeField(_("revoked"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("API client")
+        verbose_name_plural = _("API clients")
         ordering = ["name"]
 
     def __str__(self) -> str:

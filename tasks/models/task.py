@@ -106,7 +106,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.pipeline} {self.id} ({self.state})"
+        return f"{self.pipeline} {self.id} ({self.get_state_display()})"
 
     # A worker's save is also fenced: see _do_update.
     def save(self, *args, **kwargs) -> None:
