@@ -31,7 +31,7 @@ from tasks.models import (
     Task,
     TaskState,
 )
-from tasks.redaction import redact
+from tasks.redaction import task_redactor
 
 REASON_TEXT = {
     FailureReason.PERMANENT_ERROR: "Step {step!r} failed with a permanent error ({code}): {message}",
@@ -56,8 +56,11 @@ def dead_letter_open(*, task: Task, reason: FailureReason, error: Classification
     """Open the task's one unresolved item for its failure, or re-open it with this failure.
 
     Its status follows the task: compensating when the task goes on to
-    compensate, open when it waits for an operator.
+    compensate, open when it waits for an operator. Its texts and the task's
+    input are stored redacted.
     """
+    redactor = task_redactor(task)
+    message = redactor.text(error.message)
     values = {
         "pipeline": task.pipeline,
         "reason_code": reason,
@@ -65,16 +68,16 @@ def dead_letter_open(*, task: Task, reason: FailureReason, error: Classification
             reason=reason,
             step=step,
             code=error.code,
-            message=error.message,
+            message=message,
             attempts=task.total_attempts,
             crashes=task.crash_count,
         ),
         "error_code": error.code,
         "error_class": error.error_class,
-        "error_message": error.message,
+        "error_message": message,
         "failing_step": step,
         "attempts": task.total_attempts,
-        "input_snapshot": redact(task.input),
+        "input_snapshot": redactor.value(task.input),
         "fingerprint": f"{task.pipeline}:{step}:{error.code}"[:300],
         "status": DLQStatus.COMPENSATING if task.state == TaskState.COMPENSATING else DLQStatus.OPEN,
         "compensation_error": "",
@@ -95,7 +98,7 @@ def dead_letter_set_status(*, task: Task, status: DLQStatus, compensation_error:
     """Move the task's unresolved item to ``status`` (retrying, compensating, compensated, open)."""
     values: dict = {"status": status, "updated_at": timezone.now()}
     if compensation_error is not None:
-        values["compensation_error"] = compensation_error
+        values["compensation_error"] = task_redactor(task).text(compensation_error)
     return DeadLetter.objects.filter(task_id=task.pk, status__in=UNRESOLVED_STATUSES).update(**values)
 
 
