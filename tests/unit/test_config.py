@@ -88,13 +88,20 @@ def test_url_validation_and_redaction():
     assert redact_url("postgresql://u:hunter2@h/db") == "postgresql://u:***@h/db"
 
 
-def test_a_bad_setting_stops_manage_py_with_one_readable_line():
-    env = {"PATH": "/usr/bin:/bin", "DJANGO_SECRET_KEY": "x", "RELIABILITY_LEASE_SECONDS": "soon"}
+def manage_py_check_error(name: str, raw: str) -> str:
+    """What ``manage.py check`` says on stderr when setting ``name`` is ``raw`` (it must stop with status 2)."""
+    env = {"PATH": "/usr/bin:/bin", "DJANGO_SECRET_KEY": "x", name: raw}
     result = subprocess.run(
         [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2
-    assert result.stderr.strip() == "configuration error: RELIABILITY_LEASE_SECONDS='soon' is not a number"
+    return result.stderr.strip()
+
+
+def test_a_bad_setting_stops_manage_py_with_one_readable_line():
+    assert manage_py_check_error("RELIABILITY_LEASE_SECONDS", "soon") == (
+        "configuration error: RELIABILITY_LEASE_SECONDS='soon' is not a number"
+    )
 
 
 @pytest.mark.parametrize(
@@ -109,12 +116,7 @@ def test_a_bad_setting_stops_manage_py_with_one_readable_line():
     ],
 )
 def test_a_bad_retention_setting_stops_manage_py_with_one_readable_line(name, raw, message):
-    env = {"PATH": "/usr/bin:/bin", "DJANGO_SECRET_KEY": "x", name: raw}
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 2
-    assert result.stderr.strip() == f"configuration error: {name}={raw!r} {message}"
+    assert manage_py_check_error(name, raw) == f"configuration error: {name}={raw!r} {message}"
 
 
 @pytest.mark.parametrize(
@@ -145,12 +147,7 @@ def test_a_bad_retention_setting_stops_manage_py_with_one_readable_line(name, ra
     ],
 )
 def test_a_bad_redaction_rule_stops_manage_py_with_one_readable_line(name, raw, message):
-    env = {"PATH": "/usr/bin:/bin", "DJANGO_SECRET_KEY": "x", name: raw}
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 2
-    assert result.stderr.strip() == f"configuration error: {message}"
+    assert manage_py_check_error(name, raw) == f"configuration error: {message}"
 
 
 def test_redaction_rules_from_the_environment():
