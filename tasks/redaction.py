@@ -70,12 +70,12 @@ REDACTION_RULES: tuple[DefaultRule, ...] = (
     # A bearer token anywhere ("Bearer" alone or before a placeholder is none: a token holds a digit or a symbol).
     DefaultRule(r"(?i)\bbearer[ \t]+(?P<secret>(?=[A-Za-z0-9._~+/-]*[0-9._~+/-])[A-Za-z0-9._~+/-]{8,}=*)", ("bearer",)),
     # user:password@ in a URL (any scheme): the password.
-    DefaultRule(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s/:@]*:(?P<secret>[^\s/@]+)@", ("://",)),
+    DefaultRule(r"(?i)\b[a-z][a-z0-9+.-]{0,30}://[^\s/:@]*:(?P<secret>[^\s/@]+)@", ("://",)),
     # Stripe secret and restricted keys, webhook secrets.
     DefaultRule(r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}", ("_live_", "_test_")),
     DefaultRule(r"\bwhsec_[A-Za-z0-9]{16,}", ("whsec_",)),
     # OpenAI, Anthropic and look-alike "sk-" keys.
-    DefaultRule(r"\bsk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{20,}", ("sk-",)),
+    DefaultRule(r"\bsk-(?:[A-Za-z0-9]+-){0,3}[A-Za-z0-9_]{20,}", ("sk-",)),
     # GitHub tokens and fine-grained personal access tokens; GitLab; npm; Hugging Face.
     DefaultRule(r"\bgh[pousr]_[A-Za-z0-9]{30,}", ("gh",)),
     DefaultRule(r"\bgithub_pat_[A-Za-z0-9_]{30,}", ("github_pat_",)),
@@ -94,8 +94,10 @@ REDACTION_RULES: tuple[DefaultRule, ...] = (
     DefaultRule(r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}", ("sg.",)),
     # JSON Web Tokens (header.payload.signature; an unsigned one has no signature).
     DefaultRule(r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*", ("eyj",)),
-    # PEM private keys.
-    DefaultRule(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----", ("private key",)),
+    # PEM private keys, also cut short (a message truncated mid-key): up to the next "-----", END line included.
+    DefaultRule(
+        r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[^-]|-(?!----))*(?:-----END [A-Z ]*PRIVATE KEY-----)?", ("private key",)
+    ),
 )
 
 

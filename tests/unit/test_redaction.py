@@ -7,13 +7,14 @@ matching (or starts matching too much) names the string it got wrong.
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 
 import pytest
 
 from tasks.context import effect_key
 from tasks.delivery import job_id
-from tasks.redaction import REDACTED, TaskRedactor, input_secrets, redact, redact_text
+from tasks.redaction import REDACTED, REDACTION_RULES, TaskRedactor, input_secrets, redact, redact_text
 
 PATTERN = r"password|token|secret|authorization|card"
 TASK_ID = uuid.UUID("9f71c7a7-d8f6-4eaa-b869-744ec9504bbf")
@@ -161,6 +162,30 @@ def test_only_the_secret_part_goes_the_rest_stays_readable():
     assert redact_text("git clone https://deploy:s3cr3tPass@git.example.com/r.git") == (
         "git clone https://deploy:[redacted]@git.example.com/r.git"
     )
+
+
+# Texts that would make a backtracking rule take quadratic time or worse: an unended PEM block took
+# 6 s, "sk-a-sk-a-…" and "a-a-a-…" before a "://" seconds (their rules are bounded now).
+PATHOLOGICAL = {
+    "unended private keys": "-----BEGIN RSA PRIVATE KEY-----",
+    "unclosed quotes": "token='",
+    "hyphen runs before a scheme": "a-",
+    "hyphenated sk- keys": "sk-a-",
+    "colons in a URL": "http://a:",
+    "bearer words": "bearer ",
+    "secret names": "db_password_",
+    "JWT headers": "eyJaaaaaa.",
+}
+# One of each rule's hints, so that every rule searches the text.
+EVERY_HINT = " ".join(sorted({hint for rule in REDACTION_RULES for hint in rule.hints}))
+
+
+@pytest.mark.parametrize("fragment", PATHOLOGICAL.values(), ids=PATHOLOGICAL.keys())
+def test_redaction_takes_linear_time_on_pathological_text(fragment):
+    text = f"{EVERY_HINT} {fragment * (50_000 // len(fragment))}"
+    started = time.perf_counter()
+    redact_text(text)
+    assert time.perf_counter() - started < 1.0  # about 0.05 s; a quadratic rule takes seconds
 
 
 # --- a task's own input secrets ---------------------------------------------------------------------------
