@@ -20,15 +20,21 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.worker import SimpleWorker
 
+from tasks.exceptions import ReliabilityError
+
 logger = logging.getLogger(__name__)
 
 
-class RefusedJob(Exception):
+class RefusedJob(ReliabilityError):
     """A job the workers will not run: something in it is not the project's."""
+
+    code = "job_refused"
 
 
 class UnregisteredEntryPoint(RefusedJob):
     """A job named a function that is not one of the project's entry points."""
+
+    code = "unregistered_entry_point"
 
 
 class ReliabilityJob(Job):
@@ -56,7 +62,13 @@ class ReliabilityJob(Job):
         if refused is not None:
             logger.error(
                 "refused job",
-                extra={"event": "job_refused", "job_id": self.id, "func_name": self.func_name, "reason": str(refused)},
+                extra={
+                    "event": "job_refused",
+                    "job_id": self.id,
+                    "func_name": self.func_name,
+                    "code": refused.code,
+                    "reason": refused.message,
+                },
             )
             raise refused
         return super()._execute()
