@@ -7,7 +7,9 @@ instead of surfacing as a strange runtime error hours later.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
@@ -200,6 +202,31 @@ def redact_url(url: str) -> str:
         netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@")
         return parsed._replace(netloc=netloc).geturl()
     return url
+
+
+def validate_regex(name: str, pattern: str) -> str:
+    """``pattern`` if it compiles and cannot match an empty string (which would match everywhere)."""
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise ImproperlyConfigured(f"{name}: {pattern!r} is not a regular expression: {exc}") from None
+    if regex.search(""):
+        raise ImproperlyConfigured(f"{name}: {pattern!r} matches the empty string, so it would match everything")
+    return pattern
+
+
+def validate_regex_list(name: str, raw: str) -> list[str]:
+    """A JSON array of regular expressions (empty text: none), each checked by ``validate_regex``."""
+    if not raw.strip():
+        return []
+    try:
+        patterns = json.loads(raw)
+    except ValueError:
+        patterns = None
+    if not isinstance(patterns, list) or not all(isinstance(pattern, str) for pattern in patterns):
+        example = r'["\\bacme_[0-9a-f]{32}\\b"]'
+        raise ImproperlyConfigured(f"{name} must be a JSON array of regular expressions, e.g. {example}")
+    return [validate_regex(f"{name}[{index}]", pattern) for index, pattern in enumerate(patterns)]
 
 
 def validate_networks(name: str, values: list[str]) -> list:

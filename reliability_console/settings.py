@@ -17,6 +17,8 @@ from reliability_console.config import (
     validate_http_url,
     validate_networks,
     validate_redis_url,
+    validate_regex,
+    validate_regex_list,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -171,9 +173,14 @@ RELIABILITY_COMPENSATION_TIMEOUT_SECONDS = env.number("RELIABILITY_COMPENSATION_
 RELIABILITY_DEFAULT_STEP_TIMEOUT_SECONDS = env.number("RELIABILITY_DEFAULT_STEP_TIMEOUT_SECONDS", 60, minimum=0.1)
 RELIABILITY_PIPELINE_MODULES = env.list("RELIABILITY_PIPELINE_MODULES", ["tasks.demo.report_pipeline"])
 RELIABILITY_ENABLE_BENCH_PIPELINES = env.bool("RELIABILITY_ENABLE_BENCH_PIPELINES", False)
-RELIABILITY_REDACT_PATTERN = env.str(
-    "RELIABILITY_REDACT_PATTERN", r"password|passwd|token|secret|authorization|api[_-]?key|card|cvv"
+# Redaction (tasks.redaction): a structure's keys whose name matches RELIABILITY_REDACT_PATTERN have their
+# values redacted (and a task's input values under such keys are redacted wherever its errors and outputs
+# repeat them); RELIABILITY_REDACT_PATTERNS (a JSON array) adds rules to the engine's secret shapes.
+RELIABILITY_REDACT_PATTERN = validate_regex(
+    "RELIABILITY_REDACT_PATTERN",
+    env.str("RELIABILITY_REDACT_PATTERN", r"password|passwd|token|secret|authorization|api[_-]?key|card|cvv"),
 )
+RELIABILITY_REDACT_PATTERNS = validate_regex_list("RELIABILITY_REDACT_PATTERNS", env.str("RELIABILITY_REDACT_PATTERNS"))
 # --- Submission API ------------------------------------------------------------
 RELIABILITY_IDEMPOTENCY_TTL_SECONDS = env.number("RELIABILITY_IDEMPOTENCY_TTL_SECONDS", 86400, minimum=1)
 # How long a duplicate waits for the first request with its key before a 409.

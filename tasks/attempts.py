@@ -21,6 +21,7 @@ from tasks.classify import Classification, classify
 from tasks.context import StepContext
 from tasks.exceptions import LeaseLost, StepTimeout
 from tasks.models import AttemptOutcome, StepAttempt, Task
+from tasks.redaction import task_redactor
 from tasks.timeouts import time_limit
 
 # Raised through an attempt, never recorded as its failure: a lost lease, or
@@ -49,7 +50,9 @@ class AttemptRecord:
     retry_delay: float | None = None
 
     def row(self, task: Task) -> StepAttempt:
+        """The attempt's row, its error message and traceback redacted (``tasks.redaction``)."""
         error = self.error
+        redactor = task_redactor(task)
         return StepAttempt(
             task_id=task.pk,
             kind=self.kind,
@@ -64,8 +67,8 @@ class AttemptRecord:
             outcome=self.outcome,
             error_code=error.code[:100] if error else "",
             error_class=error.error_class[:200] if error else "",
-            error_message=error.message if error else "",
-            traceback=self.traceback,
+            error_message=redactor.text(error.message) if error else "",
+            traceback=redactor.text(self.traceback),
             retry_delay_seconds=self.retry_delay,
             retry_after_seconds=error.retry_after if error else None,
         )

@@ -32,7 +32,7 @@ from tasks.models import (
     TaskState,
 )
 from tasks.reason_texts import reason_params, reason_sentence_english
-from tasks.redaction import redact
+from tasks.redaction import task_redactor
 
 PURGE_BATCH_SIZE = 1000
 
@@ -47,10 +47,13 @@ def dead_letter_open(*, task: Task, reason: FailureReason, error: Classification
     """Open the task's one unresolved item for its failure, or re-open it with this failure.
 
     Its status follows the task: compensating when the task goes on to
-    compensate, open when it waits for an operator.
+    compensate, open when it waits for an operator. Its texts and the task's
+    input are stored redacted.
     """
+    redactor = task_redactor(task)
+    message = redactor.text(error.message)
     params = reason_params(
-        step=step, code=error.code, message=error.message, attempts=task.total_attempts, crashes=task.crash_count
+        step=step, code=error.code, message=message, attempts=task.total_attempts, crashes=task.crash_count
     )
     values = {
         "pipeline": task.pipeline,
@@ -59,10 +62,10 @@ def dead_letter_open(*, task: Task, reason: FailureReason, error: Classification
         "reason_params": params,
         "error_code": error.code,
         "error_class": error.error_class,
-        "error_message": error.message,
+        "error_message": message,
         "failing_step": step,
         "attempts": task.total_attempts,
-        "input_snapshot": redact(task.input),
+        "input_snapshot": redactor.value(task.input),
         "fingerprint": f"{task.pipeline}:{step}:{error.code}"[:300],
         "status": DLQStatus.COMPENSATING if task.state == TaskState.COMPENSATING else DLQStatus.OPEN,
         "compensation_error": "",
@@ -83,7 +86,7 @@ def dead_letter_set_status(*, task: Task, status: DLQStatus, compensation_error:
     """Move the task's unresolved item to ``status`` (retrying, compensating, compensated, open)."""
     values: dict = {"status": status, "updated_at": timezone.now()}
     if compensation_error is not None:
-        values["compensation_error"] = compensation_error
+        values["compensation_error"] = task_redactor(task).text(compensation_error)
     return DeadLetter.objects.filter(task_id=task.pk, status__in=UNRESOLVED_STATUSES).update(**values)
 
 

@@ -10,6 +10,7 @@ atomic by itself, one round trip. Metrics count an outcome once it commits.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 from datetime import datetime
@@ -41,6 +42,7 @@ from tasks.models import (
     TaskState,
 )
 from tasks.pipelines import FailurePolicy
+from tasks.redaction import task_redactor
 
 logger = logging.getLogger(__name__)
 
@@ -84,9 +86,12 @@ def step_succeeded(
     """Commit a step: checkpoint, attempt row, ledger and the task's progress (or its success).
 
     One fenced statement (see ``tasks.fenced_writes``): a step costs one
-    round trip, and a zombie's outcome is rejected whole.
+    round trip, and a zombie's outcome is rejected whole. The output is
+    stored redacted, and the later steps and compensations of this run see
+    what was stored, as a resumed run would.
     """
     task = claim.task
+    output = task_redactor(task).value(output)
     if is_last and task.in_dlq:
         # An operator's retry worked: its dead letter is resolved in the same transaction.
         with transaction.atomic():
@@ -155,6 +160,7 @@ def task_failed(
     ``keep_lease_for`` names the worker that goes straight on to compensate
     under the same lease; otherwise the compensation is delivered through RQ.
     """
+    error = dataclasses.replace(error, message=task_redactor(task).text(error.message))
     with transaction.atomic():
         token = task.fencing_token
         task.fail(reason=reason, code=error.code, message=error.message, step=step_name)
@@ -264,7 +270,7 @@ def compensation_finished(*, task: Task, errors: list[str], code: str = COMPENSA
     """
     with transaction.atomic():
         if errors:
-            message = "; ".join(errors)
+            message = task_redactor(task).text("; ".join(errors))
             task.fail_compensation(code=code, message=message)
             task_save_guarded(task, TASK_FAIL_FIELDS)
             dead_letter_set_status(task=task, status=DLQStatus.OPEN, compensation_error=message)

@@ -4,40 +4,98 @@
 the process keeps its Redis and PostgreSQL connections between jobs. A
 killed worker loses nothing: its task's lease expires and the sweeper
 re-delivers it.
+
+Anyone who can write to Redis can enqueue a job, so a worker runs only what
+the project enqueues itself: a registered entry point, with no callbacks and
+no dependencies (the project's jobs have neither). Anything else is refused
+before any of it is imported, and a refused job's callbacks never run.
 """
 
 from __future__ import annotations
 
 import logging
 
+from django.utils.module_loading import import_string
 from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.worker import SimpleWorker, WorkerStatus
 
+from tasks.exceptions import ReliabilityError
+
 logger = logging.getLogger(__name__)
 
 
-class UnregisteredEntryPoint(Exception):
+class RefusedJob(ReliabilityError):
+    """A job the workers will not run: something in it is not the project's."""
+
+    code = "job_refused"
+
+
+class UnregisteredEntryPoint(RefusedJob):
     """A job named a function that is not one of the project's entry points."""
+
+    code = "unregistered_entry_point"
 
 
 class ReliabilityJob(Job):
-    """Refuses to run anything but a registered entry point."""
+    """Runs only a registered entry point, and never a callback."""
 
-    def _execute(self):
+    def refusal(self) -> RefusedJob | None:
+        """Why this job may not run (the error to fail it with), or None when it is one of the project's."""
         from tasks.jobs import ENTRY_POINTS
 
         if self.func_name not in ENTRY_POINTS:
-            logger.error("refused job", extra={"event": "job_refused", "job_id": self.id, "func_name": self.func_name})
-            raise UnregisteredEntryPoint(f"{self.func_name!r} is not a registered entry point")
+            return UnregisteredEntryPoint(f"{self.func_name!r} is not a registered entry point")
+        callbacks = [
+            name
+            for name in (self._success_callback_name, self._failure_callback_name, self._stopped_callback_name)
+            if name
+        ]
+        if callbacks:
+            return RefusedJob(f"callbacks {callbacks!r}: the project's jobs have none")
+        if self._dependency_ids:
+            return RefusedJob(f"dependencies {list(self._dependency_ids)!r}: the project's jobs have none")
+        return None
+
+    def _execute(self):
+        refused = self.refusal()
+        if refused is not None:
+            logger.error(
+                "refused job",
+                extra={
+                    "event": "job_refused",
+                    "job_id": self.id,
+                    "func_name": self.func_name,
+                    "code": refused.code,
+                    "reason": refused.message,
+                },
+            )
+            raise refused
         return super()._execute()
+
+    # RQ imports and runs a job's callbacks after the job returns or raises,
+    # when it is stopped, and when a worker cleans up an abandoned job, even
+    # one whose function was refused. The project's jobs have none: whatever
+    # callback a job names, none is imported or run.
+    @property
+    def success_callback(self):
+        return None
+
+    @property
+    def failure_callback(self):
+        return None
+
+    @property
+    def stopped_callback(self):
+        return None
 
 
 class ReliabilityWorker(SimpleWorker):
-    """A SimpleWorker that always speaks JSON.
+    """A SimpleWorker that always speaks JSON and always runs ``ReliabilityJob``.
 
-    django-rq's ``rqworker`` passes ``--serializer`` (pickle by default) to
-    the worker; this class ignores it so no job is ever unpickled.
+    django-rq's ``rqworker`` passes ``--serializer`` (pickle by default) and
+    ``--job-class`` to the worker; this class ignores both, so no job is ever
+    unpickled and every job goes through ``ReliabilityJob``'s checks.
     """
 
     # RQ waits 1, 2, 4 … up to 60 s between attempts to reach a Redis that went
@@ -47,8 +105,13 @@ class ReliabilityWorker(SimpleWorker):
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs["serializer"] = JSONSerializer
-        kwargs.setdefault("job_class", ReliabilityJob)
+        if not _is_reliability_job_class(kwargs.get("job_class")):
+            kwargs["job_class"] = ReliabilityJob
         super().__init__(*args, **kwargs)
+        # Registries (and their clean-up of abandoned jobs) read jobs with their queue's class.
+        for queue in self.queues:
+            if not _is_reliability_job_class(queue.job_class):
+                queue.job_class = self.job_class
 
     def _shutdown(self) -> None:
         # An idle worker's SIGTERM handler raises StopRequested wherever the main thread is. Raised inside a
@@ -58,3 +121,9 @@ class ReliabilityWorker(SimpleWorker):
         if self.get_state() != WorkerStatus.BUSY:
             self._stop_requested = True
         super()._shutdown()
+
+
+def _is_reliability_job_class(job_class) -> bool:
+    if isinstance(job_class, str):
+        job_class = import_string(job_class)
+    return isinstance(job_class, type) and issubclass(job_class, ReliabilityJob)

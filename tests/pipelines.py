@@ -141,3 +141,28 @@ def parked_finish(ctx):
     if ctx.input.get("fail") and not ctx.input.get("fixed"):
         raise PermanentError("the far side refused", code="refused")
     return {"done": True}
+
+
+# Leaks its input into its output, its errors and its compensation's error: redaction must catch every one.
+leaky = Pipeline("t_leaky", retry=RetryPolicy(max_attempts=3, base_delay=0.05, max_delay=0.1, jitter=False))
+
+
+@leaky.step
+def leaky_echo(ctx):
+    return {"echo": f"called with {ctx.input}", "note": ctx.input.get("note", "")}
+
+
+@leaky_echo.compensation
+def leaky_undo(ctx):
+    raise PermanentError(f"refund refused for {ctx.input} after {ctx.output}", code="refund_refused")
+
+
+@leaky.step
+def leaky_reject(ctx):
+    if ctx.attempt == 1:
+        # What a failed requests call says: the URL, its query string and all.
+        raise TransientError(
+            f"502 Server Error for url: https://api.example.com/v1/charge?api_key={ctx.input['api_key']}&user=u1",
+            code="bad_gateway",
+        )
+    raise ValueError(f"rejected {ctx.input}")

@@ -32,7 +32,7 @@ from tasks import registry
 from tasks.clients import api_client_revoke
 from tasks.exceptions import UnknownPipeline
 from tasks.models import ApiClient, AttemptKind, Checkpoint, SideEffect, StepAttempt, Task, TaskState
-from tasks.redaction import redact
+from tasks.redaction import task_redactor
 
 # Columns the list loads: never the input, result or error message, which may be large.
 LIST_COLUMNS = ("id", "pipeline", "state", "current_step", "total_steps", "failure_reason", "created_at")
@@ -83,9 +83,9 @@ class JsonBlock:
     truncated: bool
 
 
-def _json_block(value: Any) -> JsonBlock:
-    """``value`` redacted and pretty-printed for a page, cut if it is very long."""
-    text = json_text(redact(value))
+def _json_block(value: Any, task: Task) -> JsonBlock:
+    """``value`` redacted (with ``task``'s input secrets) and pretty-printed for a page, cut if very long."""
+    text = json_text(task_redactor(task).value(value))
     if len(text) > MAX_JSON_CHARACTERS:
         return JsonBlock(text[:MAX_JSON_CHARACTERS], True)
     return JsonBlock(text, False)
@@ -149,13 +149,13 @@ def task_page_context(task: Task) -> dict[str, Any]:
         "steps": _step_rows(task, attempts, checkpoints),
         "attempts": attempts[:MAX_TIMELINE_ROWS],
         "attempts_truncated": len(attempts) > MAX_TIMELINE_ROWS,
-        "checkpoints": [(checkpoint, _json_block(checkpoint.output)) for checkpoint in checkpoints],
+        "checkpoints": [(checkpoint, _json_block(checkpoint.output, task)) for checkpoint in checkpoints],
         "side_effects": list(SideEffect.objects.filter(task_id=task.pk).order_by("generation", "step_index", "id")),
         "dlq_items": list(task.dlq_items.order_by("-created_at")),
         "audit_entries": audit_entries[:MAX_AUDIT_ROWS],
         "audit_truncated": len(audit_entries) > MAX_AUDIT_ROWS,
-        "input_json": _json_block(task.input),
-        "result_json": _json_block(task.result) if task.result is not None else None,
+        "input_json": _json_block(task.input, task),
+        "result_json": _json_block(task.result, task) if task.result is not None else None,
     }
 
 

@@ -13,6 +13,7 @@ from reliability_console.config import (
     validate_database_pooler,
     validate_http_url,
     validate_redis_url,
+    validate_regex_list,
 )
 from reliability_console.sentinel import SentinelConnection, SentinelSSLConnection
 
@@ -91,13 +92,20 @@ def test_url_validation_and_redaction():
     assert redact_url("postgresql://u:hunter2@h/db") == "postgresql://u:***@h/db"
 
 
-def test_a_bad_setting_stops_manage_py_with_one_readable_line():
-    env = {"PATH": "/usr/bin:/bin", "DJANGO_SECRET_KEY": "x", "RELIABILITY_LEASE_SECONDS": "soon"}
+def manage_py_check_error(name: str, raw: str) -> str:
+    """What ``manage.py check`` says on stderr when setting ``name`` is ``raw`` (it must stop with status 2)."""
+    env = {"PATH": "/usr/bin:/bin", "DJANGO_SECRET_KEY": "x", name: raw}
     result = subprocess.run(
         [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2
-    assert result.stderr.strip() == "configuration error: RELIABILITY_LEASE_SECONDS='soon' is not a number"
+    return result.stderr.strip()
+
+
+def test_a_bad_setting_stops_manage_py_with_one_readable_line():
+    assert manage_py_check_error("RELIABILITY_LEASE_SECONDS", "soon") == (
+        "configuration error: RELIABILITY_LEASE_SECONDS='soon' is not a number"
+    )
 
 
 @pytest.mark.parametrize(
@@ -112,9 +120,46 @@ def test_a_bad_setting_stops_manage_py_with_one_readable_line():
     ],
 )
 def test_a_bad_retention_setting_stops_manage_py_with_one_readable_line(name, raw, message):
-    env = {"PATH": "/usr/bin:/bin", "DJANGO_SECRET_KEY": "x", name: raw}
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 2
-    assert result.stderr.strip() == f"configuration error: {name}={raw!r} {message}"
+    assert manage_py_check_error(name, raw) == f"configuration error: {name}={raw!r} {message}"
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "message"),
+    [
+        (
+            "RELIABILITY_REDACT_PATTERNS",
+            '["ok_[0-9]{4}", "(unclosed"]',
+            "RELIABILITY_REDACT_PATTERNS[1]: '(unclosed' is not a regular expression: "
+            "missing ), unterminated subpattern at position 0",
+        ),
+        (
+            "RELIABILITY_REDACT_PATTERNS",
+            '["x*"]',
+            "RELIABILITY_REDACT_PATTERNS[0]: 'x*' matches the empty string, so it would match everything",
+        ),
+        (
+            "RELIABILITY_REDACT_PATTERNS",
+            "acme_[0-9a-f]{32}",
+            "RELIABILITY_REDACT_PATTERNS must be a JSON array of regular expressions, "
+            r'e.g. ["\\bacme_[0-9a-f]{32}\\b"]',
+        ),
+        (
+            "RELIABILITY_REDACT_PATTERN",
+            "password|",
+            "RELIABILITY_REDACT_PATTERN: 'password|' matches the empty string, so it would match everything",
+        ),
+    ],
+)
+def test_a_bad_redaction_rule_stops_manage_py_with_one_readable_line(name, raw, message):
+    assert manage_py_check_error(name, raw) == f"configuration error: {message}"
+
+
+def test_redaction_rules_from_the_environment():
+    assert validate_regex_list("R", "") == []
+    assert validate_regex_list("R", r'["\\bacme_[0-9a-f]{8}\\b", "(?i)pin (?P<secret>\\d{4})"]') == [
+        r"\bacme_[0-9a-f]{8}\b",
+        r"(?i)pin (?P<secret>\d{4})",
+    ]
+    for raw in ("[1]", '{"a": "b"}', "[unquoted]"):
+        with pytest.raises(ImproperlyConfigured, match="must be a JSON array of regular expressions"):
+            validate_regex_list("R", raw)
