@@ -8,6 +8,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCREENSHOTS = ROOT / "var" / "screenshots"
@@ -67,3 +70,15 @@ def screenshot(driver, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     driver.save_screenshot(str(path))
     return path
+
+
+# Every browser test's users have this password.
+PASSWORD = "browser-test-password-1"
+
+
+def log_in(driver, live_server, username: str) -> None:
+    driver.get(f"{live_server.url}/admin/login/?next=/admin/")
+    driver.find_element(By.NAME, "username").send_keys(username)
+    driver.find_element(By.NAME, "password").send_keys(PASSWORD)
+    driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    WebDriverWait(driver, 15).until(EC.presence_of_element_located((By.ID, "user-tools")))

@@ -21,7 +21,7 @@ from dlq.roles import roles_setup
 from tasks.models import AttemptOutcome, StepAttempt, Task, TaskState
 from tasks.runner import task_run
 from tasks.services import task_submit
-from tests.browser.test_operator_console_browser import PASSWORD, log_in
+from tests.browser.conftest import PASSWORD, log_in
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

@@ -14,12 +14,10 @@ from dlq.roles import roles_setup
 from tasks.models import Task
 from tasks.runner import task_run
 from tasks.services import task_submit
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import PASSWORD, log_in, screenshot
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
-
-PASSWORD = "browser-test-password-1"
 
 
 @pytest.fixture
@@ -40,14 +38,6 @@ def failed_items(count: int, pipeline: str = "t_parked", **input_) -> list[DLQIt
         task_run(task_id=str(task.pk), worker="seed")
         items.append(DLQItem.objects.get(task=task))
     return items
-
-
-def log_in(driver, live_server, username: str) -> None:
-    driver.get(f"{live_server.url}/admin/login/?next=/admin/")
-    driver.find_element(By.NAME, "username").send_keys(username)
-    driver.find_element(By.NAME, "password").send_keys(PASSWORD)
-    driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    WebDriverWait(driver, 15).until(EC.presence_of_element_located((By.ID, "user-tools")))
 
 
 def test_an_operator_triages_a_failure_group_and_retries_an_item(

@@ -6,8 +6,6 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions as EC
-from selenium.webdriver.support.ui import WebDriverWait
 
 from dlq.alerting.models import AlertChannel, AlertRule
 from dlq.bulk import bulk_operation_request
@@ -15,12 +13,12 @@ from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQI
 from dlq.roles import roles_setup
 from tasks.delivery import get_queue
 from tasks.services import task_submit
+from tests.browser.conftest import PASSWORD, log_in
 from tests.support import compensated_dead_letters, parked_dead_letters
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
 
 SECRET = "whsec_browser0123456789abcdefghijklmn"
-PASSWORD = "browser-test-password-2"
 
 # Every control inside a POST form (the log-out form aside) and every link to a page that writes.
 MUTATING_CONTROLS = r"""
@@ -48,14 +46,6 @@ for (const [key, value] of Object.entries(data)) for (const one of [].concat(val
 fetch(url, {method: 'POST', body, credentials: 'same-origin', redirect: 'manual', headers: {'X-CSRFToken': token}})
   .then(response => done(response.status), error => done(String(error)));
 """
-
-
-def log_in(driver, live_server, username: str) -> None:
-    driver.get(f"{live_server.url}/admin/login/?next=/admin/")
-    driver.find_element(By.NAME, "username").send_keys(username)
-    driver.find_element(By.NAME, "password").send_keys(PASSWORD)
-    driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    WebDriverWait(driver, 15).until(EC.presence_of_element_located((By.ID, "user-tools")))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Users of each console role (viewer, operator, supervisor, and a second supervisor for four eyes)."""
+"""Users of each console role (viewer, operator, supervisor, and a second supervisor for four eyes); an API token."""
 
 from __future__ import annotations
 
@@ -7,6 +7,13 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from dlq.roles import roles_setup
+from tasks.clients import api_client_create
+
+
+@pytest.fixture
+def token():
+    """The bearer token of a new API client, ``client-a``."""
+    return api_client_create(name="client-a")[1]
 
 
 @pytest.fixture

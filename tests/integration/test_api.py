@@ -25,11 +25,6 @@ def _redis(clean_redis):
 
 
 @pytest.fixture
-def token():
-    return api_client_create(name="client-a")[1]
-
-
-@pytest.fixture
 def other_token():
     return api_client_create(name="client-b")[1]
 

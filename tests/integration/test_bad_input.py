@@ -7,7 +7,6 @@ import json
 import pytest
 from django.contrib.auth import get_user_model
 
-from tasks.clients import api_client_create
 from tasks.exceptions import InvalidTaskInput
 from tasks.models import IdempotencyRecord, Task
 from tasks.runner import task_run
@@ -19,11 +18,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def _redis(clean_redis):
     return clean_redis
-
-
-@pytest.fixture
-def token():
-    return api_client_create(name="client-a")[1]
 
 
 def submit(client, token, raw: bytes | str, key: str | None = None):
