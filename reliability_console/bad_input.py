@@ -76,7 +76,7 @@ class RejectNulMiddleware:
     def _form_holds_nul(request: HttpRequest) -> bool:
         try:
             return _holds_nul(request.POST)
-        except Exception:
+        except Exception:  # a malformed or too large form: left for Django's own answer when the view reads it
             return False
 
 
@@ -86,19 +86,25 @@ class InvalidFilterMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if _is_admin_filter(request) and _holds_nul(request.GET):
-            return self._invalid_filter(request, "NUL")
+            return self._invalid_filter(request, None)
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not _is_admin_filter(request) or not isinstance(exception, FILTER_ERRORS):
             return None
-        return self._invalid_filter(request, type(exception).__name__)
+        return self._invalid_filter(request, exception)
 
     @staticmethod
-    def _invalid_filter(request: HttpRequest, error_class: str) -> HttpResponse:
+    def _invalid_filter(request: HttpRequest, exception: Exception | None) -> HttpResponse:
+        # With its traceback: should a page's own bug ever land here, the log still shows where.
         logger.warning(
             "admin filter could not be applied",
-            extra={"event": "admin_invalid_filter", "path": request.path, "error_class": error_class},
+            exc_info=exception,
+            extra={
+                "event": "admin_invalid_filter",
+                "path": request.path,
+                "error_class": type(exception).__name__ if exception else "NUL",
+            },
         )
         if ERROR_FLAG in request.GET:  # already the plain list: do not redirect in a loop
             return HttpResponseBadRequest(_("That filter cannot be applied."), content_type="text/plain")
