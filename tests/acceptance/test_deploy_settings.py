@@ -67,9 +67,11 @@ def production_server():
         except requests.RequestException:
             return None
 
-    wait_for(answering, timeout=30, message="gunicorn to answer")
-    yield url
-    server.stop()
+    try:  # stopped also when it never answers
+        wait_for(answering, timeout=30, message="gunicorn to answer")
+        yield url
+    finally:
+        server.stop()
 
 
 def _free_port() -> int:
