@@ -16,6 +16,7 @@ import re
 from html.parser import HTMLParser
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import translation
 
@@ -149,6 +150,7 @@ def pages(seeded) -> list[str]:
     return [
         "/admin/",
         "/admin/dashboard/",
+        "/admin/queues/",
         "/admin/dlq/dlqitem/",
         "/admin/dlq/dlqitem/?status=open",
         f"/admin/dlq/dlqitem/{item.pk}/change/",
@@ -179,6 +181,7 @@ def test_every_console_page_is_in_chinese(client, seeded):
     client.force_login(seeded["root"])
     # Rules and channels are named by operators (the default ones too): data, not labels.
     names = (*AlertRule.objects.values_list("name", flat=True), *AlertChannel.objects.values_list("name", flat=True))
+    names += tuple(settings.RQ_QUEUES)  # queue names ("default") are identifiers of the configuration
     untranslated = {}
     for url in pages(seeded):
         response = client.get(url, HTTP_ACCEPT_LANGUAGE="zh-Hans")
