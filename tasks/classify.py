@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import requests
 
 from tasks.exceptions import PermanentError, StepTimeout, TransientError
+from tasks.http_errors import retry_after_seconds, status_effect_uncertain, status_is_transient
 
 # Exceptions of the network layer: the request may or may not have reached the
 # far side, so they are transient and their effect is uncertain.
@@ -41,6 +42,8 @@ def classify(exc: BaseException, extra_transient: tuple[type[BaseException], ...
         return Classification(True, exc.code, message, error_class, exc.retry_after, exc.effect_uncertain)
     if isinstance(exc, PermanentError):
         return Classification(False, exc.code, message, error_class)
+    if isinstance(exc, requests.HTTPError) and exc.response is not None:
+        return _http_status(exc.response, message, error_class)
     if isinstance(exc, requests.Timeout | socket.timeout | TimeoutError):
         return Classification(True, "timeout", message, error_class, effect_uncertain=True)
     if isinstance(exc, NETWORK_ERRORS):
@@ -49,3 +52,13 @@ def classify(exc: BaseException, extra_transient: tuple[type[BaseException], ...
         return Classification(True, type(exc).__name__, message, error_class, effect_uncertain=True)
     # Anything else is a bug or a business rule: retrying will not fix it.
     return Classification(False, "unhandled_exception", message, error_class)
+
+
+def _http_status(response: requests.Response, message: str, error_class: str) -> Classification:
+    # raise_for_status() of requests, or ctx.http: classified by status, as the README promises.
+    status = response.status_code
+    code = f"http_{status}"
+    if not status_is_transient(status):
+        return Classification(False, code, message, error_class)
+    retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+    return Classification(True, code, message, error_class, retry_after, status_effect_uncertain(status))

@@ -166,3 +166,28 @@ def leaky_reject(ctx):
             code="bad_gateway",
         )
     raise ValueError(f"rejected {ctx.input}")
+
+
+# An adopter's step as the README's reader writes it: plain requests and raise_for_status(), no engine client.
+raw_http = Pipeline(
+    "t_raw_http", retry=RetryPolicy(max_attempts=4, base_delay=0.1, max_delay=0.2), failure_policy=FailurePolicy.PARK
+)
+
+
+@raw_http.step
+def raw_http_report(ctx):
+    import requests
+    from django.conf import settings
+
+    response = requests.post(
+        f"{settings.REPORT_PLATFORM_URL}/v1/reports",
+        json={"user_id": ctx.input["user_id"], "topic": "raw http"},
+        headers={
+            "X-Task-Id": str(ctx.task_id),
+            "X-Request-Deadline": str(ctx.call_deadline_ms),
+            "Idempotency-Key": ctx.idempotency_key("report"),
+        },
+        timeout=ctx.remaining(),
+    )
+    response.raise_for_status()
+    return {"report_id": response.json()["report_id"]}

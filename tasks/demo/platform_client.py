@@ -16,6 +16,7 @@ from django.conf import settings
 
 from tasks.context import StepContext
 from tasks.exceptions import PermanentError, StepTimeout, TransientError
+from tasks.http_errors import retry_after_seconds
 
 PERMANENT_CODES = {
     400: "bad_request",
@@ -88,7 +89,7 @@ class ReportPlatform:
             raise TransientError(
                 f"{method} {path}: rate limited: {message}",
                 code="rate_limited",
-                retry_after=_retry_after(response),
+                retry_after=retry_after_seconds(response.headers.get("Retry-After")),
                 effect_uncertain=False,
             )
         if status >= 500 or status == 408:
@@ -115,17 +116,6 @@ class ReportPlatform:
 
     def notify(self, *, user_id: str, message: str, key: str) -> dict:
         return self.call("POST", "/v1/notifications", body={"user_id": user_id, "message": message}, key=key)[1]
-
-
-def _retry_after(response: requests.Response) -> float | None:
-    raw = response.headers.get("Retry-After")
-    if raw is None:
-        return None
-    try:
-        seconds = float(raw)
-    except ValueError:
-        return None  # HTTP-date form: fall back to our own backoff
-    return seconds if 0 <= seconds <= 86400 else None
 
 
 def _error_message(response: requests.Response) -> str:
