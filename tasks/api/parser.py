@@ -35,6 +35,12 @@ def _depth(value: Any, limit: int) -> int:
     return depth
 
 
+def payload_too_large() -> ApiError:
+    """The 413 of a body past ``RELIABILITY_MAX_REQUEST_BYTES``, however it was found too large."""
+    limit = settings.RELIABILITY_MAX_REQUEST_BYTES
+    return ApiError(413, "payload_too_large", f"the body must be at most {limit} bytes", {"limit": limit})
+
+
 def read_json_body(request) -> Any:
     """Check type and size, then decode: 415, 413 or 400 ``invalid_json`` on failure."""
     content_type = request.META.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
@@ -46,10 +52,10 @@ def read_json_body(request) -> Any:
     except ValueError:
         raise ApiError(400, "invalid_json", "Content-Length is not a number") from None
     if declared > limit:
-        raise ApiError(413, "payload_too_large", f"the body must be at most {limit} bytes", {"limit": limit})
+        raise payload_too_large()
     body = request.body
     if len(body) > limit:
-        raise ApiError(413, "payload_too_large", f"the body must be at most {limit} bytes", {"limit": limit})
+        raise payload_too_large()
     try:
         text = body.decode("utf-8")
         value = json.loads(text, parse_constant=_reject_constant)

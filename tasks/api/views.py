@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import re
 
-from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
@@ -15,7 +14,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from ninja.security import HttpBearer
 
 from tasks.api.errors import ApiError, error_response, json_bytes
-from tasks.api.parser import StrictJsonParser
+from tasks.api.parser import StrictJsonParser, payload_too_large
 from tasks.api.schemas import (
     ErrorOut,
     IdempotencyRecordOut,
@@ -211,8 +210,7 @@ def on_database_unavailable(request, exc):
 
 def on_body_too_large(request, exc):
     # django-ninja reads the body before our parser can check its declared size.
-    limit = settings.RELIABILITY_MAX_REQUEST_BYTES
-    return error_response(413, "payload_too_large", f"the body must be at most {limit} bytes", {"limit": limit})
+    return on_api_error(request, payload_too_large())
 
 
 api.add_exception_handler(RequestDataTooBig, on_body_too_large)
