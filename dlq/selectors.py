@@ -97,23 +97,23 @@ def retry_preview(*, item: DLQItem, action: str) -> list[PreviewStep]:
     except UnknownPipeline:
         return []
     from_start = action == "retry_from_start"
-    done = set() if from_start else set(Checkpoint.objects.filter(task=task).values_list("step_index", flat=True))
+    done = set() if from_start else set(Checkpoint.objects.filter(task=task).values_list("step_name", flat=True))
     used = dict(
         SideEffect.objects.filter(task=task, generation=task.generation)
-        .values("step_index")
+        .values("step_name")
         .annotate(n=Count("id"))
-        .values_list("step_index", "n")
+        .values_list("step_name", "n")
     )
     preview = []
     for index, step in enumerate(steps):
-        if index in done:
+        if step.name in done:
             preview.append(PreviewStep(index, step.name, False, _("skipped: its checkpoint is kept")))
             continue
         if step.effects:
             names = ", ".join(step.effects)
             if from_start:
                 protection = _("key-protected (%(effects)s) with new keys: it acts again") % {"effects": names}
-            elif used.get(index):
+            elif used.get(step.name):
                 protection = _("key-protected (%(effects)s): the same keys as before, no second effect") % {
                     "effects": names
                 }
