@@ -62,14 +62,7 @@ def _run_steps(claim: Claim) -> None:
         pipeline = registry.get(task.pipeline)
     except UnknownPipeline as exc:
         error = Classification(False, exc.code, exc.message, f"{UnknownPipeline.__module__}.UnknownPipeline")
-        task_failed(
-            task=task,
-            policy=FailurePolicy.PARK,
-            reason=FailureReason.PERMANENT_ERROR,
-            error=error,
-            step_index=task.current_step,
-            step_name="",
-        )
+        _park(task, FailureReason.PERMANENT_ERROR, error, step_name="")
         return
     if not _follows_declaration(claim, pipeline):
         return
@@ -81,24 +74,34 @@ def _follows_declaration(claim: Claim, pipeline: Pipeline) -> bool:
     """Apply the pipeline-change rule (``tasks.pipeline_changes``): go on, or park the task."""
     task = claim.task
     declared = [step.name for step in pipeline.steps]
-    if task.step_names == declared:
-        return True  # the declaration it recorded: nothing changed
+    # Checked against the checkpoints (what really ran), not only the recorded
+    # names: a task whose pipeline shifted before names were recorded is caught too.
     change = pipeline_change(pipeline=pipeline.name, completed=claim.completed, declared=declared)
     if not change.continues:
-        error = Classification(False, PIPELINE_CHANGED_CODE, change.message, "")
-        task_failed(
-            task=task,
-            policy=FailurePolicy.PARK,
-            reason=FailureReason.PIPELINE_CHANGED,
-            error=error,
-            step_index=task.current_step,
+        _park(
+            task,
+            FailureReason.PIPELINE_CHANGED,
+            Classification(False, PIPELINE_CHANGED_CODE, change.message, ""),
             step_name=change.step,
         )
         return False
-    # A task written before names were recorded, or whose pipeline gained or
-    # changed steps after its completed ones: it goes on as now declared.
-    task_steps_redeclared(claim=claim, step_names=declared)
+    if task.step_names != declared:
+        # Written before names were recorded, or its pipeline gained or changed
+        # steps after its completed ones: it goes on as now declared.
+        task_steps_redeclared(claim=claim, step_names=declared)
     return True
+
+
+def _park(task, reason: FailureReason, error: Classification, *, step_name: str) -> None:
+    """Fail the task for an operator, whatever the pipeline's policy: no step of it can run as it stands."""
+    task_failed(
+        task=task,
+        policy=FailurePolicy.PARK,
+        reason=reason,
+        error=error,
+        step_index=task.current_step,
+        step_name=step_name,
+    )
 
 
 def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:

@@ -255,3 +255,25 @@ def test_a_checkpoint_of_unknown_compensation_is_skipped_as_before():
     assert UNDONE == ["b"]
     assert SideEffect.objects.get(task=task, step_name="b").status == "compensated"
     assert SideEffect.objects.get(task=task, step_name="a").status == "done"
+
+
+def test_a_task_whose_pipeline_shifted_before_names_were_recorded_is_checked_against_its_checkpoints():
+    # Tasks 0014 gives a task the names of its pipeline as declared when migrating; its checkpoints say what ran.
+    task = held_at("c", "a", "b", "c")
+    declare("a", "x", "b", "c")
+    Task.objects.filter(pk=task.pk).update(step_names=["a", "x", "b", "c"])
+
+    task = run_again(task)
+
+    assert (task.state, task.failure_reason) == ("failed", "pipeline_changed")
+    assert task.failure_message.startswith("completed step 'b' is no longer step 2")
+
+
+def test_a_task_written_without_names_goes_on_and_records_them():
+    # Tools that insert tasks with SQL (devtools' backlog, scale data) leave the column's default.
+    declare("a", "b")
+    task = task_submit(pipeline=NAME, input={})
+    Task.objects.filter(pk=task.pk).update(step_names=[])
+
+    assert task_run(task_id=str(task.pk), worker="w1") == "succeeded"
+    assert Task.objects.get(pk=task.pk).step_names == ["a", "b"]
