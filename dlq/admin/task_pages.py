@@ -23,6 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from dlq.admin.common import DenialsAuditedMixin
+from dlq.alerting.masking import secret_masked
 from dlq.lifecycle import lifecycle_svg
 from dlq.models import AuditEntry
 from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, PipelineFilter, ReadOnlyAdminMixin
@@ -235,9 +236,21 @@ class ApiClientAdmin(DenialsAuditedMixin, admin.ModelAdmin):
     list_display = ("name", "token_prefix", "created_at", "revoked_at")
     list_filter = ("revoked_at",)
     search_fields = ("name",)
-    readonly_fields = ("name", "token_prefix", "created_at", "revoked_at")
-    exclude = ("token_hash",)
+    readonly_fields = (
+        "name",
+        "token_prefix",
+        "created_at",
+        "revoked_at",
+        "signing_secret_hint",
+        "previous_signing_secret_expires_at",
+    )
+    # The callback signing secrets are shown masked only (``manage.py callback_secret`` prints them).
+    exclude = ("token_hash", "signing_secret", "previous_signing_secret")
     actions = ("revoke",)
+
+    @admin.display(description=_("callback signing secret"))
+    def signing_secret_hint(self, obj: ApiClient) -> str:
+        return secret_masked(obj.signing_secret) or "—"
 
     @admin.action(description=_("Revoke the selected clients' tokens"), permissions=["change"])
     def revoke(self, request, queryset):
