@@ -98,7 +98,7 @@ def callback_submit(*, task: Task) -> Task | None:
     if not task.callback_url or task.state not in CALLBACK_STATES:
         return None
     # A submission imports this module's checks; import it here to keep the import graph a tree.
-    from tasks.submission import task_submit
+    from tasks.submission import submission_create
 
     event = callback_event(task.state)
     key = f"{task.pk}-{event}-g{task.generation}"
@@ -112,7 +112,7 @@ def callback_submit(*, task: Task) -> Task | None:
         "body": body.decode(),
     }
     try:
-        callback = task_submit(
+        submission = submission_create(
             pipeline=CALLBACK_PIPELINE,
             input=callback_input,
             idempotency_key=key,
@@ -120,13 +120,16 @@ def callback_submit(*, task: Task) -> Task | None:
             deadline=settings.RELIABILITY_CALLBACK_DEADLINE_SECONDS,
         )
     except IdempotencyKeyReused:
+        submission = None
+    if submission is None or submission.replayed:
         # The same event of the same generation again (an operator retried the task and it ended
         # the same way): its receiver was told once; one callback per task, event and generation.
         logger.info(
-            "callback already sent for this event",
+            "callback already made for this event",
             extra={"event": "callback_duplicate", "task_id": str(task.pk), "callback_event": event},
         )
         return None
+    callback = submission.created
     logger.info(
         "callback created",
         extra={
