@@ -242,13 +242,12 @@ class ApiClientAdmin(DenialsAuditedMixin, admin.ModelAdmin):
         "created_at",
         "revoked_at",
         "signing_secret_hint",
-        "previous_signing_secret_expires_at",
     )
-    # The callback signing secrets are shown masked only (``manage.py callback_secret`` prints them).
-    exclude = ("token_hash", "signing_secret", "previous_signing_secret")
+    # The callback signing secret is shown masked only (``manage.py callback_secret`` prints it).
+    exclude = ("token_hash", "signing_secret", "previous_signing_secret", "previous_signing_secret_expires_at")
     actions = ("revoke",)
 
-    @admin.display(description=_("callback signing secret"))
+    @admin.display(description=_("secret"))
     def signing_secret_hint(self, obj: ApiClient) -> str:
         return secret_masked(obj.signing_secret) or "—"
 
