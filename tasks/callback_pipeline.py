@@ -5,10 +5,11 @@ Registered by the engine in every process (``TasksConfig.ready``), whatever
 
 - checks the URL's host against ``RELIABILITY_CALLBACK_ALLOWED_HOSTS`` again
   (the setting may have changed since the submission);
-- POSTs the body stored when the task finished, signed for this attempt
-  (``Reliability-Signature``, ``tasks.signing.body_signature_header``) with
-  the client's secrets, with an ``Idempotency-Key`` that is one per task and
-  event (the callback task's own effect key);
+- POSTs the body stored when the task finished through ``ctx.http``, signed
+  for this attempt (``Reliability-Signature``,
+  ``tasks.signing.body_signature_header``) with the client's secrets, with an
+  ``Idempotency-Key`` that is one per task and event (the callback task's own
+  effect key, recorded in its ledger);
 - never follows a redirect (a 3xx is a permanent failure), so no receiver can
   point our servers at another address;
 - 2xx: done; 408, 425, 429, 5xx, timeouts, refused connections: retried
@@ -23,7 +24,6 @@ compensate), with the usual reasons; the original task is not touched.
 
 from __future__ import annotations
 
-import requests
 from django.conf import settings
 
 from tasks import registry
@@ -74,13 +74,14 @@ def _build() -> Pipeline:
         headers = {
             "Content-Type": "application/json",
             "User-Agent": USER_AGENT,
-            "Idempotency-Key": ctx.idempotency_key("callback"),
             # Signed now, for this attempt: a receiver's tolerance window counts from here.
             SIGNATURE_HEADER: body_signature_header(secrets=secrets, body=body),
         }
+        # ctx.http adds Idempotency-Key (this callback task's effect key: one per original task and
+        # event), X-Task-Id (the callback task), X-Request-Deadline, and the time left as timeout.
         # stream=True: the status is all we need; a receiver cannot make us read a large answer.
-        with requests.post(
-            url, data=body, headers=headers, timeout=ctx.check_time(), allow_redirects=False, stream=True
+        with ctx.http.post(
+            url, data=body, headers=headers, effect="callback", allow_redirects=False, stream=True
         ) as response:
             if response.is_redirect or 300 <= response.status_code < 400:
                 raise PermanentError(

@@ -9,7 +9,7 @@ import requests
 
 from tasks.callbacks import CALLBACK_PIPELINE
 from tasks.clients import api_client_create, api_client_signing_secret
-from tasks.models import DeadLetter, StepAttempt, Task
+from tasks.models import DeadLetter, SideEffect, StepAttempt, Task
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
@@ -55,6 +55,10 @@ def test_a_receiver_that_fails_twice_gets_one_logical_callback_signed_and_fresh(
     # One logical callback: one key on every attempt, the same body, each attempt signed when it was sent.
     assert len({r.idempotency_key for r in received}) == 1 and received[0].idempotency_key
     assert len({r.body for r in received}) == 1
+    # Sent through ctx.http: the callback task's effect key, in its ledger; its id and deadline headers.
+    assert received[0].idempotency_key == f"rc-{callback.pk}-g0-send_callback-callback"
+    assert SideEffect.objects.get(task_id=callback.pk).effect_key == received[0].idempotency_key
+    assert all(r.headers["x-task-id"] == str(callback.pk) and r.headers["x-request-deadline"] for r in received)
     secret = api_client_signing_secret(name=CLIENT)
     assert all(r.callback_signature_valid(secret) for r in received)
     assert not any(r.callback_signature_valid("whsec_another") for r in received)
