@@ -29,7 +29,7 @@ from django.conf import settings
 from tasks import registry
 from tasks.callbacks import CALLBACK_PIPELINE, callback_url_check
 from tasks.clients import signing_secrets
-from tasks.exceptions import InvalidTaskInput, PermanentError, UnknownPipeline
+from tasks.exceptions import InvalidTaskInput, PermanentError
 from tasks.models import ApiClient
 from tasks.pipelines import FailurePolicy, Pipeline
 from tasks.retry import RetryPolicy
@@ -96,9 +96,4 @@ def _build() -> Pipeline:
 
 def register() -> Pipeline:
     """Register the pipeline once per process (idempotent)."""
-    try:
-        return registry.get(CALLBACK_PIPELINE)
-    except UnknownPipeline:
-        pipeline = _build()
-        registry.register(pipeline)
-        return pipeline
+    return registry.register_once(CALLBACK_PIPELINE, _build)
