@@ -1,13 +1,14 @@
 """Submission: the one idempotent flow behind ``task_submit`` (Python) and ``POST /api/v1/tasks`` (HTTP).
 
 A request is fingerprinted as submitted (pipeline, input, deadline, callback
-URL); with an
-idempotency key, the key is reserved first (``tasks.idempotency``), so a
-repeat is answered from the record without validating again, a different
-request under the same key is refused, and a concurrent twin waits. Then the
-pipeline validates the input and the task, its idempotency record (with the
-first response, for HTTP) and its delivery after commit are written in one
-transaction. A refused request releases its key and stores nothing.
+URL); with an idempotency key, the key is reserved first
+(``tasks.idempotency``), so a repeat is answered from the record without
+validating again, a different request under the same key is refused, and a
+concurrent twin waits. Then the pipeline validates the input (and
+``tasks.callbacks`` the callback URL), and the task, its idempotency record
+(with the first response, for HTTP) and its delivery after commit are
+written in one transaction. A refused request releases its key and stores
+nothing.
 """
 
 from __future__ import annotations
