@@ -251,6 +251,12 @@ class ApiClientAdmin(DenialsAuditedMixin, admin.ModelAdmin):
     def signing_secret_hint(self, obj: ApiClient) -> str:
         return secret_masked(obj.signing_secret) or "—"
 
+    def lookup_allowed(self, lookup, value, request=None):
+        # ?signing_secret__startswith=… would answer "is this the next character?" through the row count.
+        if lookup.split("__", 1)[0] in ("signing_secret", "previous_signing_secret", "token_hash"):
+            return False
+        return super().lookup_allowed(lookup, value, request)
+
     @admin.action(description=_("Revoke the selected clients' tokens"), permissions=["change"])
     def revoke(self, request, queryset):
         for client in queryset:

@@ -251,3 +251,12 @@ def test_the_admin_shows_the_signing_secret_masked_only(admin_client):
     text = page.content.decode()
     assert secret not in text and old not in text
     assert f"whsec_…{secret[-4:]}" in text
+
+
+def test_the_client_list_cannot_be_used_as_an_oracle_for_the_secret(admin_client):
+    api_client_create(name="oracle")
+    secret = api_client_signing_secret(name="oracle")
+    for lookup in ("signing_secret__startswith", "signing_secret", "previous_signing_secret__gt", "token_hash"):
+        response = admin_client.get("/admin/tasks/apiclient/", {lookup: secret[:8]})
+        assert response.status_code == 400, lookup
+    assert admin_client.get("/admin/tasks/apiclient/", {"name": "oracle"}).status_code == 200
