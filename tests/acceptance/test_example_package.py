@@ -25,7 +25,7 @@ import requests
 
 from tasks.clients import api_client_create
 from tasks.context import effect_key
-from tasks.models import Task
+from tasks.models import SideEffect, Task
 from tests.support import LOG_DIR, ROOT, ApiServer, ManagedProcess, process_env, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
@@ -198,6 +198,11 @@ def test_the_example_package_runs_in_a_fresh_venv_to_succeeded(example_deploymen
     assert charge.body == {"order_id": "A1001", "amount_cents": 4999, "currency": "EUR"}
     assert charge.headers["idempotency-key"] == effect_key(task_id, generation, "charge_payment", "charge")
     assert confirm.headers["idempotency-key"] == effect_key(task_id, generation, "confirm_order", "confirm")
+    ledger = SideEffect.objects.filter(task_id=task_id).order_by("step_index")
+    assert [(e.step_name, e.effect_name, e.effect_key) for e in ledger] == [
+        ("charge_payment", "charge", charge.headers["idempotency-key"]),
+        ("confirm_order", "confirm", confirm.headers["idempotency-key"]),
+    ]
 
 
 def test_an_order_acme_refuses_is_compensated_with_a_refund_under_its_own_key(example_deployment, acme):
