@@ -71,10 +71,10 @@ def import_failure(exc: Exception) -> str:
         for frame in traceback.extract_tb(exc.__traceback__)
         if not frame.filename.startswith("<") and frame.filename != importlib.__file__
     ]
+    if not frames:
+        return f"{type(exc).__name__}: {exc}"
     # The innermost line of the pipeline author's code rather than the
     # engine's: a ConfigurationError raised by Pipeline(...) points at the declaration.
     authors = [frame for frame in frames if not Path(frame.filename).is_relative_to(ENGINE_DIR)]
-    if not frames:
-        return f"{type(exc).__name__}: {exc}"
     where = (authors or frames)[-1]
     return f"{type(exc).__name__}: {exc} ({where.filename}, line {where.lineno})"
