@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,16 @@ def register(pipeline: Pipeline) -> None:
     if existing is not None and existing is not pipeline:
         raise ConfigurationError(f"a pipeline named {pipeline.name!r} is already registered")
     _PIPELINES[pipeline.name] = pipeline
+
+
+def register_once(name: str, build: Callable[[], Pipeline]) -> Pipeline:
+    """The pipeline registered as ``name``, built and registered by ``build`` the first time (a built-in's way)."""
+    existing = _PIPELINES.get(name)
+    if existing is not None:
+        return existing
+    pipeline = build()
+    register(pipeline)
+    return pipeline
 
 
 def unregister(name: str) -> None:
