@@ -7,7 +7,7 @@ from datetime import UTC
 from urllib.parse import urlencode
 
 from django.db import connections
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 from django.db.models.functions import Left, Length
 from django.urls import reverse
 from django.utils import timezone
@@ -98,19 +98,20 @@ def retry_preview(*, item: DLQItem, action: str) -> list[PreviewStep]:
         return []
     from_start = action == "retry_from_start"
     done = set() if from_start else set(Checkpoint.objects.filter(task=task).values_list("step_name", flat=True))
-    used = dict(
-        SideEffect.objects.filter(task=task, generation=task.generation)
-        .values("step_name")
-        .annotate(n=Count("id"))
-        .values_list("step_name", "n")
-    )
+    # Effects a step made through ctx.http (or ctx.idempotency_key) are in the ledger even if not declared.
+    used: dict[str, set[str]] = {}
+    for step_name, effect in SideEffect.objects.filter(task=task, generation=task.generation).values_list(
+        "step_name", "effect_name"
+    ):
+        used.setdefault(step_name, set()).add(effect)
     preview = []
     for index, step in enumerate(steps):
         if step.name in done:
             preview.append(PreviewStep(index, step.name, False, _("skipped: its checkpoint is kept")))
             continue
-        if step.effects:
-            names = ", ".join(step.effects)
+        effects = tuple(dict.fromkeys((*step.effects, *sorted(used.get(step.name, ())))))
+        if effects:
+            names = ", ".join(effects)
             if from_start:
                 protection = _("key-protected (%(effects)s) with new keys: it acts again") % {"effects": names}
             elif used.get(step.name):

@@ -195,6 +195,21 @@ def validate_http_url(name: str, url: str) -> str:
     return url.rstrip("/")
 
 
+# A host name or IP address (no scheme, path or credentials), optionally with a port.
+CALLBACK_HOST_ENTRY = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(:[0-9]{1,5})?$")
+
+
+def validate_callback_hosts(name: str, values: list[str]) -> list[str]:
+    """Callback hosts, lower-cased: ``host`` (any port) or ``host:port``; anything else is refused."""
+    hosts = []
+    for value in values:
+        match = CALLBACK_HOST_ENTRY.fullmatch(value)
+        if match is None or (match.group(2) and not 0 < int(match.group(2)[1:]) < 65536):
+            raise ImproperlyConfigured(f"{name}: {value!r} is not a host or host:port (e.g. hooks.example.com:443)")
+        hosts.append(value.lower())
+    return hosts
+
+
 def redact_url(url: str) -> str:
     """Hide the password of a URL so it can be logged."""
     parsed = urlparse(url)

@@ -12,6 +12,7 @@ from reliability_console.config import (
     database_config,
     proxy_ssl_header,
     redis_connection_config,
+    validate_callback_hosts,
     validate_database_pooler,
     validate_directory,
     validate_http_url,
@@ -190,6 +191,20 @@ RELIABILITY_IDEMPOTENCY_LOCK_SECONDS = env.number("RELIABILITY_IDEMPOTENCY_LOCK_
 RELIABILITY_MAX_REQUEST_BYTES = env.integer("RELIABILITY_MAX_REQUEST_BYTES", 262144, minimum=1024)
 # Django refuses bodies past this before our own 413 check could answer.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(RELIABILITY_MAX_REQUEST_BYTES * 2, 2621440)
+
+# --- Completion callbacks (tasks.callbacks) -------------------------------------------
+# Hosts a submission's callback_url may name ("host" for any port, "host:port" for one);
+# empty turns callbacks off. Our servers never send a request to any other host.
+RELIABILITY_CALLBACK_ALLOWED_HOSTS = validate_callback_hosts(
+    "RELIABILITY_CALLBACK_ALLOWED_HOSTS", env.list("RELIABILITY_CALLBACK_ALLOWED_HOSTS", [])
+)
+# After `callback_secret --rotate`, callbacks are signed with the old secret too for this long.
+RELIABILITY_CALLBACK_SECRET_GRACE_SECONDS = env.number("RELIABILITY_CALLBACK_SECRET_GRACE_SECONDS", 86400, minimum=0)
+# A callback's retry policy: attempts, the first backoff ceiling (tripled per attempt, at most an hour)
+# and the deadline after which it is given up and parked in the DLQ.
+RELIABILITY_CALLBACK_MAX_ATTEMPTS = env.integer("RELIABILITY_CALLBACK_MAX_ATTEMPTS", 8, minimum=1, maximum=100)
+RELIABILITY_CALLBACK_RETRY_BASE_SECONDS = env.number("RELIABILITY_CALLBACK_RETRY_BASE_SECONDS", 5, minimum=0)
+RELIABILITY_CALLBACK_DEADLINE_SECONDS = env.number("RELIABILITY_CALLBACK_DEADLINE_SECONDS", 86400, minimum=1)
 
 # --- Retention ---------------------------------------------------------------------
 # Finished tasks (with their attempts, checkpoints, ledger rows and resolved dead

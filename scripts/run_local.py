@@ -185,7 +185,9 @@ def main() -> int:
                 ],
             )
             env["REPORT_PLATFORM_URL"] = f"http://127.0.0.1:{sim_port}"
-            wait_until(lambda: http_ok(env["REPORT_PLATFORM_URL"] + "/_sim/health"), 30, "report platform simulator")
+            health = env["REPORT_PLATFORM_URL"] + "/_sim/health"
+            # A simulator that exits at start-up (a configuration error) says why at once, not after the wait.
+            wait_until(lambda: (stack.check_alive(), http_ok(health))[1], 30, "report platform simulator")
             _script_flaky_user(env["REPORT_PLATFORM_URL"])
 
         print("make run: migrating the database…", flush=True)

@@ -11,11 +11,13 @@ class TasksConfig(AppConfig):
         # process and in every worker alike: a worker runs only what is registered.
         from django.conf import settings
 
-        from tasks import registry
+        from tasks import callback_pipeline, registry
         from tasks.retention import finished_tasks_purge_due
         from tasks.sweeper import Chore, chore_register
 
         registry.load_pipeline_modules()
+        # The engine's own pipeline (completion callbacks), in every process like the console's.
+        callback_pipeline.register()
         # The engine's own interval chore: the retention purge of finished tasks.
         chore_register(
             Chore(

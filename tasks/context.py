@@ -56,6 +56,16 @@ class StepContext:
         #: For the failure notice: reason, code and message of the failure.
         self.failure = failure
         self.used_keys: dict[str, str] = {}
+        self._http = None
+
+    @property
+    def http(self):
+        """A ``requests.Session`` for this attempt: deadline headers and timeout, effect keys (``tasks.http``)."""
+        if self._http is None:
+            from tasks.http import StepSession  # requests is imported only by steps that call out
+
+            self._http = StepSession(self)
+        return self._http
 
     def remaining(self) -> float:
         """Seconds left for this attempt (step timeout and task deadline both count)."""

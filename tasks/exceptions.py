@@ -56,6 +56,12 @@ class PermanentError(ReliabilityError):
     code = "permanent"
 
 
+class EffectRequired(PermanentError):
+    """A mutating ``ctx.http`` request that names no effect: a bug in the step, raised before anything is sent."""
+
+    code = "effect_required"
+
+
 class StepTimeout(BaseException):
     """Raised inside a step when its effective timeout elapses.
 

@@ -3,7 +3,8 @@
 Each function writes one outcome in one transaction: the fenced task update
 first (so a zombie stops before writing anything else), then the attempt
 row, checkpoint, ledger rows and dead-letter item of the same outcome, and
-the delivery that follows it on commit. A step that succeeded, the hot path,
+the delivery that follows it on commit, and the completion callback of a
+terminal state (``tasks.callbacks``). A step that succeeded, the hot path,
 is one fenced statement that does all of it (``tasks.fenced_writes``):
 atomic by itself, one round trip. Metrics count an outcome once it commits.
 """
@@ -22,6 +23,7 @@ from django.utils import timezone
 
 from tasks import metrics, registry
 from tasks.attempts import AttemptRecord
+from tasks.callbacks import callback_submit
 from tasks.classify import Classification
 from tasks.dead_letters import dead_letter_open, dead_letter_resolve, dead_letter_set_status
 from tasks.delivery import deliver_on_commit
@@ -99,12 +101,17 @@ def step_succeeded(
     """
     task = claim.task
     output = task_redactor(task).value(output)
-    if is_last and task.in_dlq:
-        # An operator's retry worked: its dead letter is resolved in the same transaction.
+    if is_last and (task.in_dlq or task.callback_url):
+        # An operator's retry worked: its dead letter is resolved in the same transaction;
+        # a callback is created in it too (a crash can lose neither).
         with transaction.atomic():
             task.succeed(result=output)
             _save_step(task, TASK_FINISH_FIELDS, record, output, used_keys, has_compensation)
-            dead_letter_resolve(task=task, resolution=ResolutionCode.RETRIED, note="the task succeeded after a retry")
+            if task.in_dlq:
+                dead_letter_resolve(
+                    task=task, resolution=ResolutionCode.RETRIED, note="the task succeeded after a retry"
+                )
+            callback_submit(task=task)
     elif is_last:
         task.succeed(result=output)
         _save_step(task, TASK_FINISH_FIELDS, record, output, used_keys, has_compensation)
@@ -207,6 +214,7 @@ def task_failed(
         if task.state == TaskState.COMPENSATING and not keep_lease_for:
             deliver_on_commit(task.pk, token)
         if task.state == TaskState.FAILED:
+            callback_submit(task=task)
             _finished_metrics(task)
     logger.error(
         "task failed",
@@ -306,6 +314,7 @@ def compensation_finished(*, task: Task, errors: list[str], code: str = COMPENSA
             task.finish_compensation()
             task_save_guarded(task, TASK_COMPENSATED_FIELDS)
             dead_letter_set_status(task=task, status=DLQStatus.COMPENSATED)
+        callback_submit(task=task)
         metrics.compensation_finished(pipeline=task.pipeline, outcome="failed" if errors else "compensated")
         _finished_metrics(task)
     logger.log(

@@ -8,11 +8,13 @@ Example::
 
     @orders.step(timeout=10, retry=RetryPolicy(max_attempts=4, base_delay=0.5, max_delay=8))
     def charge(ctx):
-        return payments.charge(ctx.input["order_id"], key=ctx.idempotency_key("charge"))
+        response = ctx.http.post(f"{PAYMENTS}/charges", json={"order": ctx.input["order_id"]}, effect="charge")
+        response.raise_for_status()  # 408/425/429/5xx: retried; other 4xx: permanent
+        return {"charge_id": response.json()["id"]}
 
     @charge.compensation
     def refund(ctx):
-        payments.refund(ctx.output["charge_id"], key=ctx.idempotency_key("refund"))
+        ctx.http.post(f"{PAYMENTS}/charges/{ctx.output['charge_id']}/refund", effect="refund").raise_for_status()
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """Submission: the one idempotent flow behind ``task_submit`` (Python) and ``POST /api/v1/tasks`` (HTTP).
 
-A request is fingerprinted as submitted (pipeline, input, deadline); with an
-idempotency key, the key is reserved first (``tasks.idempotency``), so a
-repeat is answered from the record without validating again, a different
-request under the same key is refused, and a concurrent twin waits. Then the
-pipeline validates the input and the task, its idempotency record (with the
-first response, for HTTP) and its delivery after commit are written in one
-transaction. A refused request releases its key and stores nothing.
+A request is fingerprinted as submitted (pipeline, input, deadline, callback
+URL); with an idempotency key, the key is reserved first
+(``tasks.idempotency``), so a repeat is answered from the record without
+validating again, a different request under the same key is refused, and a
+concurrent twin waits. Then the pipeline validates the input (and
+``tasks.callbacks`` the callback URL), and the task, its idempotency record
+(with the first response, for HTTP) and its delivery after commit are
+written in one transaction. A refused request releases its key and stores
+nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from tasks import registry
+from tasks.callbacks import callback_url_check
+from tasks.clients import api_client_signing_secret_ensure
 from tasks.delivery import deliver_on_commit
 from tasks.exceptions import InvalidTaskInput
 from tasks.idempotency import idempotency_abandon, idempotency_begin, idempotency_complete
@@ -58,9 +62,14 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def request_fingerprint(*, pipeline: str, input: Any, deadline_seconds: float | None) -> str:
-    """SHA-256 of the canonical JSON of the request as submitted: pipeline, input and deadline."""
+def request_fingerprint(
+    *, pipeline: str, input: Any, deadline_seconds: float | None, callback_url: str | None = None
+) -> str:
+    """SHA-256 of the canonical JSON of the request as submitted: pipeline, input, deadline, callback URL."""
     body = {"pipeline": pipeline, "input": input, "deadline_seconds": deadline_seconds}
+    if callback_url is not None:
+        # Only when given: the fingerprints of requests without one (and their stored records) stay as they were.
+        body["callback_url"] = callback_url
     try:
         return hashlib.sha256(canonical_json(body).encode()).hexdigest()
     except (TypeError, ValueError) as exc:
@@ -76,6 +85,7 @@ def submission_create(
     scope: str = PYTHON_SCOPE,
     client: ApiClient | None = None,
     respond: Responder | None = None,
+    callback_url: str | None = None,
 ) -> Submission:
     """Create a task (delivered after commit) or replay the one an earlier request with this key made.
 
@@ -84,7 +94,9 @@ def submission_create(
     ``IdempotencyKeyInUse``, and then nothing is stored.
     """
     deadline_at, deadline_seconds = resolve_deadline(deadline)
-    fingerprint = request_fingerprint(pipeline=pipeline, input=input, deadline_seconds=deadline_seconds)
+    fingerprint = request_fingerprint(
+        pipeline=pipeline, input=input, deadline_seconds=deadline_seconds, callback_url=callback_url
+    )
     reservation = None
     if idempotency_key is not None:
         check_idempotency_key(idempotency_key)
@@ -96,6 +108,14 @@ def submission_create(
     try:
         spec = registry.get(pipeline)
         cleaned = clean_input(spec, input)
+        if callback_url is not None:
+            callback_url_check(callback_url)
+            if client is None:
+                raise InvalidTaskInput(
+                    "a callback is signed with an API client's secret: submit it with client=",
+                    details={"callback_url": "needs a client"},
+                )
+            api_client_signing_secret_ensure(client=client)
         with transaction.atomic():
             task = _task_create(
                 spec=spec,
@@ -105,6 +125,7 @@ def submission_create(
                 scope=scope,
                 key=idempotency_key,
                 fingerprint=fingerprint,
+                callback_url=callback_url or "",
             )
             status, body = respond(task) if respond is not None else (None, None)
             if reservation is not None:
@@ -123,6 +144,8 @@ def task_submit(
     idempotency_key: str | None = None,
     deadline: datetime | timedelta | float | None = None,
     scope: str = PYTHON_SCOPE,
+    callback_url: str | None = None,
+    client: ApiClient | None = None,
 ) -> Task:
     """Create a task and deliver it after commit; return it.
 
@@ -131,9 +154,17 @@ def task_submit(
     raises ``IdempotencyKeyReused`` and changes nothing. ``deadline`` is an
     aware datetime, or seconds / a timedelta from now. If Redis is down the
     task is still created (QUEUED) and the sweeper delivers it later.
+    ``callback_url`` asks for a completion callback (``tasks.callbacks``),
+    signed with the secret of ``client``, which it then requires.
     """
     submission = submission_create(
-        pipeline=pipeline, input=input, deadline=deadline, idempotency_key=idempotency_key, scope=scope
+        pipeline=pipeline,
+        input=input,
+        deadline=deadline,
+        idempotency_key=idempotency_key,
+        scope=scope,
+        client=client,
+        callback_url=callback_url,
     )
     return submission.created or Task.objects.get(pk=submission.task_id)
 
@@ -147,6 +178,7 @@ def _task_create(
     scope: str,
     key: str | None,
     fingerprint: str,
+    callback_url: str,
 ) -> Task:
     task = Task.objects.create(
         pipeline=spec.name,
@@ -158,6 +190,7 @@ def _task_create(
         idempotency_scope=scope if key is not None else "",
         idempotency_key=key,
         request_fingerprint=fingerprint,
+        callback_url=callback_url,
     )
     deliver_on_commit(task.pk, task.fencing_token)
     logger.info("task submitted", extra={"event": "task_submitted", "task_id": str(task.pk), "pipeline": spec.name})

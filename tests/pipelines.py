@@ -58,7 +58,7 @@ http_blocker = Pipeline(
 @http_blocker.step(timeout=1.0)
 def slow_report(ctx):
     platform = ReportPlatform(ctx)
-    return platform.create_report(user_id="u-http", topic="t", key=ctx.idempotency_key("report"))
+    return platform.create_report(user_id="u-http", topic="t")
 
 
 # In-process pipelines for service-level tests (no HTTP).
@@ -191,6 +191,60 @@ def raw_http_report(ctx):
     )
     response.raise_for_status()
     return {"report_id": response.json()["report_id"]}
+
+
+# An adopter's pipeline on ctx.http (issue #13, point 1), against the platform simulator's quota and reports API.
+http_pay = Pipeline(
+    "t_http_pay",
+    retry=RetryPolicy(max_attempts=3, base_delay=0.1, max_delay=0.2),
+    failure_policy=FailurePolicy.COMPENSATE,
+)
+
+
+def _platform_url() -> str:
+    from django.conf import settings
+
+    return settings.REPORT_PLATFORM_URL
+
+
+@http_pay.step(timeout=20)
+def http_pay_charge(ctx):
+    response = ctx.http.post(
+        f"{_platform_url()}/v1/quota/charges", json={"user_id": ctx.input["user_id"], "units": 1}, effect="charge"
+    )
+    response.raise_for_status()
+    return {"charge_id": response.json()["charge_id"]}
+
+
+@http_pay_charge.compensation
+def http_pay_refund(ctx):
+    charge_id = (ctx.output or {}).get("charge_id")
+    if charge_id is None:
+        # The charge's outcome is unknown: replaying it under its own key returns the charge without acting twice.
+        response = ctx.http.post(
+            f"{_platform_url()}/v1/quota/charges", json={"user_id": ctx.input["user_id"], "units": 1}, effect="charge"
+        )
+        response.raise_for_status()
+        charge_id = response.json()["charge_id"]
+    ctx.http.post(f"{_platform_url()}/v1/quota/charges/{charge_id}/refund", json={}, effect="refund").raise_for_status()
+
+
+@http_pay.step
+def http_pay_ship(ctx):
+    response = ctx.http.post(
+        f"{_platform_url()}/v1/reports", json={"user_id": ctx.input["user_id"], "topic": "ship"}, effect="report"
+    )
+    response.raise_for_status()
+    return {"report_id": response.json()["report_id"]}
+
+
+# The mistake ctx.http exists to catch: a mutating call that names no effect.
+http_no_effect = Pipeline("t_http_no_effect", failure_policy=FailurePolicy.PARK)
+
+
+@http_no_effect.step
+def http_no_effect_post(ctx):
+    ctx.http.post(f"{_platform_url()}/v1/reports", json={"user_id": "u-careless", "topic": "oops"})
 
 
 # Its steps depend on RC_TEST_PIPELINE_SHAPE, read at import: workers started again with another

@@ -81,13 +81,16 @@ def pid_of_owner(lease_owner: str) -> int:
 class ApiServer:
     """gunicorn serving the project over real HTTP on 127.0.0.1, against the test database."""
 
-    def __init__(self, env: dict[str, str], *, workers: int = 2, threads: int = 25, extra_args=()) -> None:
+    def __init__(
+        self, env: dict[str, str], *, workers: int = 2, threads: int = 25, extra_args=(), python: str = sys.executable
+    ) -> None:
         import socket
 
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
-        argv = [*gunicorn_argv(self.port, processes=workers, threads=threads), *extra_args]
+        # ``python``: another environment's interpreter (it must have the project installed).
+        argv = [python, *gunicorn_argv(self.port, processes=workers, threads=threads)[1:], *extra_args]
         self.process = ManagedProcess("gunicorn", argv, env)
 
         def ready():

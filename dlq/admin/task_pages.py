@@ -23,6 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from dlq.admin.common import DenialsAuditedMixin
+from dlq.alerting.masking import secret_masked
 from dlq.lifecycle import lifecycle_svg
 from dlq.models import AuditEntry
 from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, PipelineFilter, ReadOnlyAdminMixin
@@ -236,9 +237,26 @@ class ApiClientAdmin(DenialsAuditedMixin, admin.ModelAdmin):
     list_display = ("name", "token_prefix", "created_at", "revoked_at")
     list_filter = ("revoked_at",)
     search_fields = ("name",)
-    readonly_fields = ("name", "token_prefix", "created_at", "revoked_at")
-    exclude = ("token_hash",)
+    readonly_fields = (
+        "name",
+        "token_prefix",
+        "created_at",
+        "revoked_at",
+        "signing_secret_hint",
+    )
+    # The callback signing secret is shown masked only (``manage.py callback_secret`` prints it).
+    exclude = ("token_hash", "signing_secret", "previous_signing_secret", "previous_signing_secret_expires_at")
     actions = ("revoke",)
+
+    @admin.display(description=_("secret"))
+    def signing_secret_hint(self, obj: ApiClient) -> str:
+        return secret_masked(obj.signing_secret) or "—"
+
+    def lookup_allowed(self, lookup, value, request=None):
+        # ?signing_secret__startswith=… would answer "is this the next character?" through the row count.
+        if lookup.split("__", 1)[0] in ("signing_secret", "previous_signing_secret", "token_hash"):
+            return False
+        return super().lookup_allowed(lookup, value, request)
 
     @admin.action(description=_("Revoke the selected clients' tokens"), permissions=["change"])
     def revoke(self, request, queryset):

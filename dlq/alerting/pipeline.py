@@ -16,7 +16,7 @@ from dlq.alerting.notifications import (
     alert_delivery_sent,
 )
 from tasks import registry
-from tasks.exceptions import PermanentError, UnknownPipeline
+from tasks.exceptions import PermanentError
 from tasks.pipelines import FailurePolicy, Pipeline
 from tasks.retry import RetryPolicy
 
@@ -55,9 +55,4 @@ def _build() -> Pipeline:
 
 def register() -> Pipeline:
     """Register the pipeline once per process (idempotent)."""
-    try:
-        return registry.get(NOTIFY_PIPELINE)
-    except UnknownPipeline:
-        pipeline = _build()
-        registry.register(pipeline)
-        return pipeline
+    return registry.register_once(NOTIFY_PIPELINE, _build)

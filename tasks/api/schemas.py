@@ -24,6 +24,11 @@ class TaskCreateIn(Schema):
     deadline_seconds: float | None = Field(
         None, gt=0, le=MAX_DEADLINE_SECONDS, description="overall deadline, in seconds from now"
     )
+    callback_url: str | None = Field(
+        None,
+        description="POSTed the task's terminal state, signed with the client's secret (see the README); "
+        "its host must be allowed by the server",
+    )
 
 
 class StepOut(Schema):

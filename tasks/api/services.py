@@ -38,5 +38,6 @@ def api_task_submit(*, client: ApiClient, body: dict[str, Any], idempotency_key:
         scope=client_scope(client),
         client=client,
         respond=respond,
+        callback_url=body.get("callback_url"),
     )
     return ApiResponse(submission.response_status, submission.response_body, submission.replayed)

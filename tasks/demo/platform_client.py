@@ -1,22 +1,22 @@
 """HTTP client for the report platform's wire contract (see README, "The demo pipeline").
 
-Every call sends ``X-Task-Id`` and ``X-Request-Deadline`` and uses the time
-left as its client timeout; every POST, PUT and DELETE sends an
-``Idempotency-Key``. Answers map onto the exception hierarchy: 429, 5xx and
-silence are transient, 400/402/404/409/422 permanent.
+Built on ``ctx.http`` (``tasks.http``): every call sends ``X-Task-Id`` and
+``X-Request-Deadline`` and uses the time left as its timeout; every POST, PUT
+and DELETE names its effect, so it carries that effect's ``Idempotency-Key``
+and lands in the side-effect ledger. Answers map onto the platform's own error
+codes: 429, 408 and 5xx are transient, 400/402/404/409/422 permanent.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import requests
 from django.conf import settings
 
 from tasks.context import StepContext
-from tasks.exceptions import PermanentError, StepTimeout, TransientError
-from tasks.http_errors import retry_after_seconds
+from tasks.exceptions import PermanentError, TransientError
+from tasks.http_errors import retry_after_seconds, status_effect_uncertain, status_is_transient
 
 PERMANENT_CODES = {
     400: "bad_request",
@@ -27,20 +27,6 @@ PERMANENT_CODES = {
 }
 # Never let a single call wait longer than this, whatever the deadline.
 MAX_CALL_SECONDS = 120.0
-# With less time than this left a request would reach the platform after its deadline (a loaded host takes
-# milliseconds to send it) and its answer could not come back in time: it is not sent (seen in make chaos).
-MIN_CALL_SECONDS = 0.05
-
-_local = threading.local()
-
-
-def _session() -> requests.Session:
-    # One keep-alive session per thread: a worker reuses its connections.
-    session = getattr(_local, "session", None)
-    if session is None:
-        session = requests.Session()
-        _local.session = session
-    return session
 
 
 class ReportPlatform:
@@ -54,28 +40,13 @@ class ReportPlatform:
         path: str,
         *,
         body: dict | None = None,
-        key: str | None = None,
+        effect: str | None = None,
         ok: tuple[int, ...] = (200, 201, 202, 204),
     ) -> tuple[int, Any]:
-        left = self.ctx.remaining()
-        if left < MIN_CALL_SECONDS:
-            # Never send a request the caller has already given up on, or one that could only arrive late.
-            raise StepTimeout(f"{method} {path}: no time left before the deadline")
-        headers = {
-            "X-Task-Id": str(self.ctx.task_id),
-            "X-Request-Deadline": str(self.ctx.call_deadline_ms),
-        }
-        if method in ("POST", "PUT", "DELETE", "PATCH"):
-            if not key:
-                raise ValueError("mutating calls need an idempotency key")
-            headers["Idempotency-Key"] = key
+        options = {"effect": effect} if effect is not None else {}
         try:
-            response = _session().request(
-                method,
-                self.base_url + path,
-                json=body,
-                headers=headers,
-                timeout=min(left, MAX_CALL_SECONDS),
+            response = self.ctx.http.request(
+                method, self.base_url + path, json=body, timeout=MAX_CALL_SECONDS, **options
             )
         except requests.Timeout as exc:
             raise TransientError(f"{method} {path}: no answer in time", code="timeout") from exc
@@ -92,30 +63,36 @@ class ReportPlatform:
                 retry_after=retry_after_seconds(response.headers.get("Retry-After")),
                 effect_uncertain=False,
             )
-        if status >= 500 or status == 408:
-            raise TransientError(f"{method} {path}: HTTP {status}: {message}", code=f"http_{status}")
+        if status_is_transient(status):
+            raise TransientError(
+                f"{method} {path}: HTTP {status}: {message}",
+                code=f"http_{status}",
+                retry_after=retry_after_seconds(response.headers.get("Retry-After")),
+                effect_uncertain=status_effect_uncertain(status),
+            )
         code = PERMANENT_CODES.get(status, f"http_{status}")
         raise PermanentError(f"{method} {path}: HTTP {status}: {message}", code=code)
 
     # --- the contract ----------------------------------------------------------
-    def charge(self, *, user_id: str, units: int, key: str) -> dict:
-        return self.call("POST", "/v1/quota/charges", body={"user_id": user_id, "units": units}, key=key)[1]
+    # Each mutating call names its effect: ctx.http sends ctx.idempotency_key(effect) and records it.
+    def charge(self, *, user_id: str, units: int, effect: str = "charge") -> dict:
+        return self.call("POST", "/v1/quota/charges", body={"user_id": user_id, "units": units}, effect=effect)[1]
 
-    def refund(self, *, charge_id: str, key: str) -> dict:
-        return self.call("POST", f"/v1/quota/charges/{charge_id}/refund", body={}, key=key)[1]
+    def refund(self, *, charge_id: str, effect: str = "refund") -> dict:
+        return self.call("POST", f"/v1/quota/charges/{charge_id}/refund", body={}, effect=effect)[1]
 
-    def create_report(self, *, user_id: str, topic: str, key: str) -> dict:
-        return self.call("POST", "/v1/reports", body={"user_id": user_id, "topic": topic}, key=key)[1]
+    def create_report(self, *, user_id: str, topic: str, effect: str = "report") -> dict:
+        return self.call("POST", "/v1/reports", body={"user_id": user_id, "topic": topic}, effect=effect)[1]
 
-    def put_file(self, *, name: str, content: str, key: str) -> dict:
-        return self.call("PUT", f"/v1/files/{name}", body={"content": content}, key=key)[1]
+    def put_file(self, *, name: str, content: str, effect: str = "file") -> dict:
+        return self.call("PUT", f"/v1/files/{name}", body={"content": content}, effect=effect)[1]
 
-    def delete_file(self, *, name: str, key: str) -> None:
+    def delete_file(self, *, name: str, effect: str = "delete") -> None:
         # 404 means already gone: deleting is done either way.
-        self.call("DELETE", f"/v1/files/{name}", key=key, ok=(200, 204, 404))
+        self.call("DELETE", f"/v1/files/{name}", effect=effect, ok=(200, 204, 404))
 
-    def notify(self, *, user_id: str, message: str, key: str) -> dict:
-        return self.call("POST", "/v1/notifications", body={"user_id": user_id, "message": message}, key=key)[1]
+    def notify(self, *, user_id: str, message: str, effect: str = "notification") -> dict:
+        return self.call("POST", "/v1/notifications", body={"user_id": user_id, "message": message}, effect=effect)[1]
 
 
 def _error_message(response: requests.Response) -> str:

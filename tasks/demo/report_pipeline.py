@@ -53,7 +53,7 @@ def file_name(ctx) -> str:
 @report.step(timeout=10.0, effects=("charge",))
 def charge_quota(ctx) -> dict:
     platform = ReportPlatform(ctx)
-    return platform.charge(user_id=ctx.input["user_id"], units=1, key=ctx.idempotency_key("charge"))
+    return platform.charge(user_id=ctx.input["user_id"], units=1)
 
 
 @charge_quota.compensation
@@ -65,36 +65,30 @@ def refund_quota(ctx) -> None:
         # own key returns the original charge if there was one, without a new
         # effect; a 402 means there was none and nothing is owed back.
         try:
-            charge_id = platform.charge(
-                user_id=ctx.input["user_id"],
-                units=1,
-                key=ctx.idempotency_key("charge"),
-            )["charge_id"]
+            charge_id = platform.charge(user_id=ctx.input["user_id"], units=1)["charge_id"]
         except PermanentError as exc:
             if exc.code == "insufficient_quota":
                 return
             raise
-    platform.refund(charge_id=charge_id, key=ctx.idempotency_key("refund"))
+    platform.refund(charge_id=charge_id)
 
 
 @report.step(timeout=15.0, effects=("report",))
 def generate_report(ctx) -> dict:
     platform = ReportPlatform(ctx)
-    return platform.create_report(
-        user_id=ctx.input["user_id"], topic=ctx.input["topic"], key=ctx.idempotency_key("report")
-    )
+    return platform.create_report(user_id=ctx.input["user_id"], topic=ctx.input["topic"])
 
 
 @report.step(timeout=10.0, effects=("file",))
 def upload_file(ctx) -> dict:
     platform = ReportPlatform(ctx)
     text = ctx.outputs["generate_report"]["text"]
-    return platform.put_file(name=file_name(ctx), content=text, key=ctx.idempotency_key("file"))
+    return platform.put_file(name=file_name(ctx), content=text)
 
 
 @upload_file.compensation
 def delete_file(ctx) -> None:
-    ReportPlatform(ctx).delete_file(name=file_name(ctx), key=ctx.idempotency_key("delete"))
+    ReportPlatform(ctx).delete_file(name=file_name(ctx))
 
 
 @report.step(timeout=10.0, effects=("notification",))
@@ -102,7 +96,7 @@ def notify_user(ctx) -> dict:
     platform = ReportPlatform(ctx)
     url = ctx.outputs["upload_file"]["url"]
     message = f"Your report on {ctx.input['topic']!r} is ready: {url}"
-    return platform.notify(user_id=ctx.input["user_id"], message=message, key=ctx.idempotency_key("notification"))
+    return platform.notify(user_id=ctx.input["user_id"], message=message)
 
 
 @report.failure_notice
@@ -112,4 +106,4 @@ def notify_failure(ctx) -> None:
         f"Your report on {ctx.input['topic']!r} could not be generated "
         f"({failure.get('reason', 'failed')}: {failure.get('code', '')}). Any quota charged was refunded."
     )
-    ReportPlatform(ctx).notify(user_id=ctx.input["user_id"], message=message, key=ctx.idempotency_key("notification"))
+    ReportPlatform(ctx).notify(user_id=ctx.input["user_id"], message=message)

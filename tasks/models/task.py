@@ -93,6 +93,8 @@ class Task(ConcurrentTransitionMixin, models.Model):
     idempotency_scope = models.CharField(max_length=100, blank=True, default="")
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True, default="")
+    # Where the engine POSTs the task's terminal state (tasks.callbacks); empty: no callback.
+    callback_url = models.CharField(_("callback URL"), max_length=2048, blank=True, default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -58,3 +58,28 @@ def test_503_and_429_from_raise_for_status_are_retried_and_409_is_permanent(plat
     (attempt,) = conflict.attempts.all()
     assert (attempt.outcome, attempt.error_code) == ("permanent_error", "http_409")
     assert conflict.dlq_items.get().error_code == "http_409"
+
+
+def test_a_retry_after_given_as_an_http_date_is_honoured(platform, start_workers):
+    # RFC 9110 allows Retry-After as a date; the simulator sends ceil(now + 2 s) in IMF-fixdate form.
+    platform.set_faults(
+        rules=[
+            {
+                "path_prefix": "/v1/reports",
+                "user_id": "u-dated",
+                "status": 503,
+                "retry_after": 2,
+                "retry_after_http_date": True,
+                "times": 1,
+            }
+        ]
+    )
+    start_workers(1)
+    task = finished(task_submit(pipeline="t_raw_http", input={"user_id": "u-dated"}).pk)
+    assert task.state == "succeeded"
+    first, second = task.attempts.order_by("attempt")
+    assert (first.outcome, first.error_code) == ("transient_error", "http_503")
+    # A date has whole seconds: 2 s from now, rounded up, is between 1 and 3 s away when it is read.
+    assert 1.0 <= first.retry_after_seconds <= 3.0
+    assert first.retry_delay_seconds >= first.retry_after_seconds
+    assert (second.started_at - first.finished_at).total_seconds() >= first.retry_after_seconds

@@ -21,7 +21,8 @@ from dlq.bulk import (
 )
 from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem, DLQStatus
 from dlq.roles import roles_setup
-from tasks.models import Task
+from tasks.context import effect_key
+from tasks.models import EffectStatus, SideEffect, Task
 from tasks.runner import task_run
 from tasks.services import task_submit
 from tests.support import wait_for
@@ -141,6 +142,25 @@ def test_the_retry_preview_lists_skipped_and_rerun_steps_with_their_protection(c
     client.force_login(users["supervisor"])
     page = client.get(f"/admin/dlq/dlqitem/{start.pk}/act/retry_from_start/").content.decode()
     assert page.count('class="runs-again"') == 2
+
+
+def test_the_retry_preview_names_effects_a_step_used_without_declaring_them(client, users):
+    # A step on ctx.http need not declare effects=(...): what it used is in the ledger, and the preview says so.
+    item = parked_item()
+    task = Task.objects.get(pk=item.task_id)
+    SideEffect.objects.create(
+        task=task,
+        generation=task.generation,
+        step_index=2,
+        step_name="parked_finish",
+        effect_name="shipment",
+        effect_key=effect_key(task.pk, task.generation, "parked_finish", "shipment"),
+        status=EffectStatus.UNCERTAIN,
+    )
+    client.force_login(users["operator"])
+    page = client.get(f"/admin/dlq/dlqitem/{item.pk}/act/retry/").content.decode()
+    rows = page.split('id="retry-preview"')[1].split("</table>")[0].split("<tr class=")[1:]
+    assert "parked_finish" in rows[2] and "key-protected (shipment): the same keys as before" in rows[2]
 
 
 def test_buttons_a_user_cannot_use_are_not_shown(client, users):

@@ -10,6 +10,7 @@ from reliability_console.config import (
     database_config,
     redact_url,
     redis_connection_config,
+    validate_callback_hosts,
     validate_database_pooler,
     validate_http_url,
     validate_redis_url,
@@ -163,3 +164,12 @@ def test_redaction_rules_from_the_environment():
     for raw in ("[1]", '{"a": "b"}', "[unquoted]"):
         with pytest.raises(ImproperlyConfigured, match="must be a JSON array of regular expressions"):
             validate_regex_list("R", raw)
+
+
+def test_callback_hosts_are_hosts_or_host_ports():
+    entries = ["Hooks.Example.com", "10.0.0.7:8443", "[::1]:9000", "receiver"]
+    assert validate_callback_hosts("H", entries) == ["hooks.example.com", "10.0.0.7:8443", "[::1]:9000", "receiver"]
+    assert validate_callback_hosts("H", Env({"H": ""}).list("H", [])) == []  # empty: callbacks off
+    for bad in ("https://hooks.example.com", "hooks.example.com/path", "user@host", "host:0", "host:70000", "*.x.com"):
+        with pytest.raises(ImproperlyConfigured, match="is not a host or host:port"):
+            validate_callback_hosts("H", [bad])

@@ -12,6 +12,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from email.message import Message
+from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 import pytest
@@ -341,6 +342,18 @@ def test_scripted_429_carries_retry_after(sim: ReportPlatformSimulator) -> None:
         assert throttled.code == "rate_limited"
     assert balance(sim) == 100
     assert charge(sim, key="c-1").status == 201
+
+
+def test_scripted_retry_after_as_an_http_date_on_any_status(sim: ReportPlatformSimulator) -> None:
+    sim.set_faults(rules=[{"status": 503, "retry_after": 2, "retry_after_http_date": True, "times": 1}])
+    before = time.time()
+    unavailable = charge(sim, key="c-1")
+    assert unavailable.status == 503
+    moment = parsedate_to_datetime(unavailable.headers["Retry-After"]).timestamp()
+    assert unavailable.headers["Retry-After"].endswith(" GMT")
+    assert before + 2 <= moment <= time.time() + 3
+    with pytest.raises(ValueError, match="retry_after_http_date"):
+        sim.set_faults(rules=[{"status": 429, "retry_after_http_date": "yes"}])
 
 
 def test_rules_match_on_task_and_user_and_apply_in_order(sim: ReportPlatformSimulator) -> None:

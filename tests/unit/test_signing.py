@@ -1,4 +1,4 @@
-"""Outbound webhook signatures: a timestamp and the idempotency key are signed with the body."""
+"""Outbound webhook signatures: alert webhooks sign time, key and body; completion callbacks time and body."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import hmac
 
 import pytest
 
-from tasks.signing import signature_header, signature_verify
+from tasks.signing import body_signature_header, body_signature_verify, signature_header, signature_verify
 
 BODY = b'{"a":1}'
 KEY = "alert-7-hook"
@@ -53,3 +53,31 @@ def test_during_a_rotation_either_secret_verifies():
     for secret in ("old", "new"):
         assert signature_verify(secret=secret, header=header, body=BODY, idempotency_key=KEY, now=1000)
     assert not signature_verify(secret="third", header=header, body=BODY, idempotency_key=KEY, now=1000)
+
+
+# --- completion callbacks: "<t>.<raw body>" ------------------------------------------------------
+
+
+def test_a_callback_header_is_t_and_v1_over_time_and_body_only():
+    header = body_signature_header(secrets=["s3cret"], body=BODY, timestamp=1_700_000_000)
+    expected = hmac.new(b"s3cret", b"1700000000." + BODY, hashlib.sha256).hexdigest()
+    assert header == f"t=1700000000,v1={expected}"
+    # Not interchangeable with an alert webhook's signature of the same body.
+    assert header != header_at(1_700_000_000)
+
+
+@pytest.mark.parametrize(
+    ("change", "valid"),
+    [
+        ({}, True),
+        ({"now": 1000 + 300}, True),
+        ({"now": 1000 + 301}, False),
+        ({"secret": "other"}, False),
+        ({"body": b'{"a":2}'}, False),
+        ({"header": signature_header(secrets=["s3cret"], body=BODY, idempotency_key=KEY, timestamp=1000)}, False),
+    ],
+)
+def test_a_callback_signature_verifies_only_as_signed(change, valid):
+    header = body_signature_header(secrets=["old", "s3cret"], body=BODY, timestamp=1000)
+    arguments = {"secret": "s3cret", "header": header, "body": BODY, "now": 1000, **change}
+    assert body_signature_verify(**arguments) is valid

@@ -19,7 +19,9 @@ FAULT_KEYS = (
 )
 _RULE_MATCH_KEYS = ("method", "path_prefix", "task_id", "user_id")
 _RULE_ACTION_KEYS = ("status", "slow", "hang")
-_RULE_KEYS = frozenset(_RULE_MATCH_KEYS + _RULE_ACTION_KEYS + ("times", "retry_after", "code", "message"))
+_RULE_KEYS = frozenset(
+    _RULE_MATCH_KEYS + _RULE_ACTION_KEYS + ("times", "retry_after", "retry_after_http_date", "code", "message")
+)
 
 
 @dataclass
@@ -121,6 +123,11 @@ def _validated_rule(index: int, rule: object) -> dict[str, Any]:
         clean["status"] = status
         if rule.get("retry_after") is not None:
             clean["retry_after"] = _number(f"{where}.retry_after", rule["retry_after"], 0)
+        if rule.get("retry_after_http_date") is not None:
+            # Retry-After as an HTTP date (RFC 9110 allows both forms) instead of delta-seconds.
+            if not isinstance(rule["retry_after_http_date"], bool):
+                raise ValueError(f"{where}.retry_after_http_date must be true or false")
+            clean["retry_after_http_date"] = rule["retry_after_http_date"]
         for key in ("code", "message"):
             if rule.get(key) is not None:
                 if not isinstance(rule[key], str):

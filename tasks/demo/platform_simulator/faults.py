@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 import math
 import random
+import time
 from dataclasses import dataclass
+from email.utils import formatdate
 from typing import TYPE_CHECKING, Any
 
 from tasks.demo.platform_simulator.server import _HttpError, _Response
@@ -27,8 +29,10 @@ _DEFAULT_CODES = {
 }
 
 
-def _retry_after_header(seconds: float) -> str:
+def _retry_after_header(seconds: float, *, http_date: bool = False) -> str:
     # HTTP only allows whole seconds; round up so a client never retries early.
+    if http_date:
+        return formatdate(math.ceil(time.time() + seconds), usegmt=True)
     return str(math.ceil(seconds))
 
 
@@ -82,8 +86,10 @@ class _FaultModel:
                 return _Fault("scripted:slow", slow=rule["slow"])
             status = rule["status"]
             headers = {}
-            if status == 429:
-                headers["Retry-After"] = _retry_after_header(rule.get("retry_after", self.retry_after))
+            if status == 429 or "retry_after" in rule:
+                headers["Retry-After"] = _retry_after_header(
+                    rule.get("retry_after", self.retry_after), http_date=rule.get("retry_after_http_date", False)
+                )
             code = rule.get("code", _DEFAULT_CODES.get(status, "injected_error"))
             message = rule.get("message", f"injected fault: {status}")
             return _Fault(f"scripted:{status}", _HttpError(status, code, message, headers).response())
