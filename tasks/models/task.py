@@ -94,7 +94,9 @@ class Task(ConcurrentTransitionMixin, models.Model):
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True, default="")
     # Where the engine POSTs the task's terminal state (tasks.callbacks); empty: no callback.
-    callback_url = models.CharField(_("callback URL"), max_length=2048, blank=True, default="")
+    # The database default too: code that inserts tasks without the column (the
+    # previous release during a rolling deploy, devtools' SQL) still works.
+    callback_url = models.CharField(_("callback URL"), max_length=2048, blank=True, default="", db_default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
