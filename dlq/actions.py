@@ -38,6 +38,12 @@ class OperatorAction:
     permission: str  # "app_label.codename"
     allowed_task_states: tuple[str, ...]
 
+    def allows(self, task: Task) -> bool:
+        """Whether the task's state lets this action run (the engine's service checks again)."""
+        if self.name == "retry_from_start":
+            return task.can_retry_from_start
+        return task.state in self.allowed_task_states
+
 
 ACTIONS: dict[str, OperatorAction] = {
     action.name: action
@@ -52,7 +58,8 @@ ACTIONS: dict[str, OperatorAction] = {
             "retry_from_start",
             _("Retry from start"),
             "dlq.retry_from_start_dlqitem",
-            (TaskState.COMPENSATED,),
+            # And FAILED when parked because its pipeline changed (Task.can_retry_from_start).
+            (TaskState.COMPENSATED, TaskState.FAILED),
         ),
         OperatorAction(
             "compensate",
@@ -93,7 +100,7 @@ class ActionResult:
 
 def action_available(*, item: DLQItem, action: str) -> bool:
     spec = ACTIONS[action]
-    return item.status != DLQStatus.RESOLVED and item.task.state in spec.allowed_task_states
+    return item.status != DLQStatus.RESOLVED and spec.allows(item.task)
 
 
 def dlq_item_act(
@@ -138,7 +145,7 @@ def dlq_item_act(
             before = task.state
             if item.status == DLQStatus.RESOLVED:
                 raise ActionRefused(gettext("this dead letter was already resolved"))
-            if before not in spec.allowed_task_states:
+            if not spec.allows(task):
                 raise ActionRefused(
                     gettext("not possible while the task is %(state)s: someone may have acted first")
                     % {"state": TaskState(before).label}

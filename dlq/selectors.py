@@ -97,24 +97,24 @@ def retry_preview(*, item: DLQItem, action: str) -> list[PreviewStep]:
     except UnknownPipeline:
         return []
     from_start = action == "retry_from_start"
-    done = set() if from_start else set(Checkpoint.objects.filter(task=task).values_list("step_index", flat=True))
+    done = set() if from_start else set(Checkpoint.objects.filter(task=task).values_list("step_name", flat=True))
     # Effects a step made through ctx.http (or ctx.idempotency_key) are in the ledger even if not declared.
-    used: dict[int, set[str]] = {}
-    for index, effect in SideEffect.objects.filter(task=task, generation=task.generation).values_list(
-        "step_index", "effect_name"
+    used: dict[str, set[str]] = {}
+    for step_name, effect in SideEffect.objects.filter(task=task, generation=task.generation).values_list(
+        "step_name", "effect_name"
     ):
-        used.setdefault(index, set()).add(effect)
+        used.setdefault(step_name, set()).add(effect)
     preview = []
     for index, step in enumerate(steps):
-        if index in done:
+        if step.name in done:
             preview.append(PreviewStep(index, step.name, False, _("skipped: its checkpoint is kept")))
             continue
-        effects = tuple(dict.fromkeys((*step.effects, *sorted(used.get(index, ())))))
+        effects = tuple(dict.fromkeys((*step.effects, *sorted(used.get(step.name, ())))))
         if effects:
             names = ", ".join(effects)
             if from_start:
                 protection = _("key-protected (%(effects)s) with new keys: it acts again") % {"effects": names}
-            elif used.get(index):
+            elif used.get(step.name):
                 protection = _("key-protected (%(effects)s): the same keys as before, no second effect") % {
                     "effects": names
                 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from dataclasses import dataclass
 
 from django.conf import settings
 
@@ -18,9 +19,9 @@ from tasks.attempts import attempt_run
 from tasks.context import StepContext
 from tasks.exceptions import UnknownPipeline
 from tasks.leases import Claim
-from tasks.models import AttemptKind, AttemptOutcome, EffectStatus, SideEffect, StepAttempt, Task
+from tasks.models import AttemptKind, AttemptOutcome, Checkpoint, EffectStatus, SideEffect, StepAttempt, Task
 from tasks.outcomes import compensation_attempt_recorded, compensation_finished
-from tasks.pipelines import Pipeline, StepFunction
+from tasks.pipelines import Pipeline, Step, StepFunction
 from tasks.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -38,28 +39,33 @@ def run_compensation(claim: Claim) -> None:
         compensation_finished(task=task, errors=[exc.message])
         return
     done = completed_compensations(task)
-    targets = set(claim.outputs) | uncertain_step_indexes(task)
+    declared = {step.name: step for step in pipeline.steps}
     errors: list[str] = []
-    for index in sorted(targets, reverse=True):
-        if index >= len(pipeline.steps):
+    for target in compensation_targets(task):
+        step = declared.get(target.name)
+        if step is None or step.compensate is None:
+            # The pipeline changed since the step ran (tasks.pipeline_changes):
+            # an undo it declared then cannot run now. Say so, rather than skip it.
+            problem = _missing_compensation(task, target, step)
+            if problem:
+                errors.append(problem)
             continue
-        step = pipeline.steps[index]
-        if step.compensate is None or (AttemptKind.COMPENSATION, index) in done:
+        if (AttemptKind.COMPENSATION, step.name) in done:
             continue
         error = _attempt_with_retries(
             claim,
             pipeline,
             kind=AttemptKind.COMPENSATION,
-            index=index,
+            index=target.index,
             name=step.name,
             function=step.compensate,
-            output=claim.outputs.get(index),
+            output=claim.outputs.get(step.name),
             timeout=step.compensation_timeout or settings.RELIABILITY_COMPENSATION_TIMEOUT_SECONDS,
             policy=step.compensation_retry,
         )
         if error:
             errors.append(f"compensation of {step.name!r} failed: {error}")
-    if pipeline.on_failure is not None and (AttemptKind.FAILURE_NOTICE, FAILURE_NOTICE_STEP_INDEX) not in done:
+    if pipeline.on_failure is not None and (AttemptKind.FAILURE_NOTICE, FAILURE_NOTICE_STEP_NAME) not in done:
         error = _attempt_with_retries(
             claim,
             pipeline,
@@ -96,8 +102,8 @@ def _attempt_with_retries(
         "message": task.failure_message,
         "step": task.failed_step,
     }
-    outputs = {s.name: claim.outputs.get(i) for i, s in enumerate(pipeline.steps) if i in claim.outputs}
-    compensated_step = index if kind == AttemptKind.COMPENSATION else None
+    outputs = dict(claim.outputs)
+    compensated_step = name if kind == AttemptKind.COMPENSATION else None
     attempt = 0
     while True:
         attempt += 1
@@ -147,24 +153,49 @@ def _attempt_with_retries(
         time.sleep(decision.delay)
 
 
-def completed_compensations(task: Task) -> set[tuple[str, int]]:
-    """(kind, step index) of compensations and notices already done for this generation."""
+def completed_compensations(task: Task) -> set[tuple[str, str]]:
+    """(kind, step name) of compensations and notices already done for this generation."""
     return set(
         StepAttempt.objects.filter(
             task_id=task.pk,
             generation=task.generation,
             kind__in=[AttemptKind.COMPENSATION, AttemptKind.FAILURE_NOTICE],
             outcome=AttemptOutcome.SUCCEEDED,
-        ).values_list("kind", "step_index")
+        ).values_list("kind", "step_name")
     )
 
 
-def uncertain_step_indexes(task: Task) -> set[int]:
-    """Steps whose last attempt may have acted on the far side (timeout, crash, 5xx)."""
+@dataclass(frozen=True)
+class CompensationTarget:
+    """A step that ran and may need undoing."""
+
+    name: str
+    index: int  # where it stood when it ran: targets are undone from the highest down
+    # Whether it declared a compensation when it ran (None: unknown, a checkpoint
+    # written before this was recorded, or a step that failed without one).
+    had_compensation: bool | None
+
+
+def compensation_targets(task: Task) -> list[CompensationTarget]:
+    """Every completed step, plus the failing step when it may have acted, in reverse order of running."""
+    targets = {
+        name: CompensationTarget(name, index, had)
+        for name, index, had in Checkpoint.objects.filter(task_id=task.pk).values_list(
+            "step_name", "step_index", "has_compensation"
+        )
+    }
+    for name, index in uncertain_steps(task):
+        targets.setdefault(name, CompensationTarget(name, index, None))
+    return sorted(targets.values(), key=lambda target: target.index, reverse=True)
+
+
+def uncertain_steps(task: Task) -> set[tuple[str, int]]:
+    """(name, index) of steps whose last attempt may have acted on the far side (timeout, crash, 5xx)."""
+    current = task.step_name_at(task.current_step)
     return set(
         SideEffect.objects.filter(
             task_id=task.pk, generation=task.generation, status=EffectStatus.UNCERTAIN
-        ).values_list("step_index", flat=True)
+        ).values_list("step_name", "step_index")
     ) | set(
         StepAttempt.objects.filter(
             task_id=task.pk,
@@ -172,5 +203,21 @@ def uncertain_step_indexes(task: Task) -> set[int]:
             kind=AttemptKind.STEP,
             outcome__in=[AttemptOutcome.TIMEOUT, AttemptOutcome.CRASHED],
             step_index=task.current_step,
-        ).values_list("step_index", flat=True)
+            **({"step_name": current} if current else {}),
+        ).values_list("step_name", "step_index")
     )
+
+
+def _missing_compensation(task: Task, target: CompensationTarget, step: Step | None) -> str:
+    """Why ``target`` cannot be undone as it should ("" when it needs no undo)."""
+    if step is None and target.had_compensation is not False:
+        return (
+            f"step {target.name!r} ran but is no longer in pipeline {task.pipeline!r}: "
+            "its compensation cannot run (undo its effects by hand, then close the dead letter)"
+        )
+    if step is not None and target.had_compensation:
+        return (
+            f"step {target.name!r} declared a compensation when it ran, but pipeline {task.pipeline!r} "
+            "no longer declares one (undo its effects by hand, then close the dead letter)"
+        )
+    return ""

@@ -30,11 +30,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Claim:
-    """A task this worker holds, with the outputs of its completed steps."""
+    """A task this worker holds, with the outputs of its completed steps (by step name)."""
 
     task: Task
     owner: str
-    outputs: dict[int, Any] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    # The completed steps' names in the order they ran (their checkpoints' step index).
+    completed: list[str] = field(default_factory=list)
 
     @property
     def token(self) -> int:
@@ -110,9 +112,10 @@ def _claim_once(*, task_id: str, owner: str) -> Claim | None:
         task_save_fenced(task, CLAIM_FIELDS)
     except LeaseLost:
         return None
-    outputs = task.checkpoint_outputs
-    if outputs is None:
-        outputs = dict(Checkpoint.objects.filter(task_id=task.pk).values_list("step_index", "output"))
+    checkpoints = task.checkpoints_read
+    if checkpoints is None:
+        checkpoints = Checkpoint.objects.filter(task_id=task.pk).values_list("step_index", "step_name", "output")
+    checkpoints = sorted(checkpoints, key=lambda checkpoint: checkpoint[0])
     logger.info(
         "task claimed",
         extra={
@@ -124,15 +127,23 @@ def _claim_once(*, task_id: str, owner: str) -> Claim | None:
             "worker": owner,
         },
     )
-    return Claim(task=task, owner=owner, outputs=outputs)
+    return Claim(
+        task=task,
+        owner=owner,
+        outputs={name: output for _, name, output in checkpoints},
+        completed=[name for _, name, _ in checkpoints],
+    )
 
 
 def _task_for_claim(task_id: str) -> Task | None:
-    """The task with ``db_now`` and ``checkpoint_outputs`` (on PostgreSQL from the same query, else None)."""
+    """The task with ``db_now`` and ``checkpoints_read`` (on PostgreSQL from the same query, else None).
+
+    ``checkpoints_read`` holds (step index, step name, output) of each checkpoint.
+    """
     if not one_statement():
         task = Task.objects.filter(pk=task_id).annotate(db_now=Now()).order_by().first()
         if task is not None:
-            task.checkpoint_outputs = None
+            task.checkpoints_read = None
         return task
     # SQL built once per process instead of a queryset compiled for each delivery.
     columns, converters, sql = _claim_read()
@@ -145,10 +156,10 @@ def _task_for_claim(task_id: str) -> Task | None:
     for index, column, convert in converters:
         values[index] = convert(values[index], column, connection)
     task = Task.from_db(connection.alias, columns, values)
-    task.db_now, pairs = row[len(columns) :]
-    if isinstance(pairs, str):
-        pairs = json.loads(pairs)
-    task.checkpoint_outputs = {index: output for index, output in pairs or ()}
+    task.db_now, triples = row[len(columns) :]
+    if isinstance(triples, str):
+        triples = json.loads(triples)
+    task.checkpoints_read = [tuple(checkpoint) for checkpoint in triples or ()]
     return task
 
 
@@ -165,7 +176,8 @@ def _claim_read() -> tuple[list[str], list, str]:
     task_table, checkpoints = q(Task._meta.db_table), q(Checkpoint._meta.db_table)
     sql = (
         f"SELECT {', '.join(f'{task_table}.{q(task_field.column)}' for task_field in fields)}, STATEMENT_TIMESTAMP(), "
-        f"(SELECT jsonb_agg(jsonb_build_array(c.{q('step_index')}, c.{q('output')})) FROM {checkpoints} c "
+        f"(SELECT jsonb_agg(jsonb_build_array(c.{q('step_index')}, c.{q('step_name')}, c.{q('output')})) "
+        f"FROM {checkpoints} c "
         f"WHERE c.{q('task_id')} = {task_table}.{q(Task._meta.pk.column)}) "
         f"FROM {task_table} WHERE {task_table}.{q(Task._meta.pk.column)} = %s"
     )

@@ -67,6 +67,7 @@ TASK_FAIL_FIELDS = [
     "updated_at",
 ]
 TASK_REQUEUE_FIELDS = ["state", "fencing_token", "crash_count", "lease_owner", "lease_expires_at", "updated_at"]
+TASK_STEPS_FIELDS = ["step_names", "total_steps"]
 TASK_COMPENSATED_FIELDS = ["state", "lease_owner", "lease_expires_at", "finished_at", "updated_at"]
 # Error codes the engine itself records (a step's own errors carry the step's codes).
 LEASE_EXPIRED_CODE = "lease_expired"
@@ -83,7 +84,13 @@ class LeaseExpiry(enum.StrEnum):
 
 
 def step_succeeded(
-    *, claim: Claim, record: AttemptRecord, output: Any, used_keys: dict[str, str], is_last: bool
+    *,
+    claim: Claim,
+    record: AttemptRecord,
+    output: Any,
+    used_keys: dict[str, str],
+    is_last: bool,
+    has_compensation: bool = False,
 ) -> None:
     """Commit a step: checkpoint, attempt row, ledger and the task's progress (or its success).
 
@@ -99,7 +106,7 @@ def step_succeeded(
         # a callback is created in it too (a crash can lose neither).
         with transaction.atomic():
             task.succeed(result=output)
-            _save_step(task, TASK_FINISH_FIELDS, record, output, used_keys)
+            _save_step(task, TASK_FINISH_FIELDS, record, output, used_keys, has_compensation)
             if task.in_dlq:
                 dead_letter_resolve(
                     task=task, resolution=ResolutionCode.RETRIED, note="the task succeeded after a retry"
@@ -107,24 +114,45 @@ def step_succeeded(
             callback_submit(task=task)
     elif is_last:
         task.succeed(result=output)
-        _save_step(task, TASK_FINISH_FIELDS, record, output, used_keys)
+        _save_step(task, TASK_FINISH_FIELDS, record, output, used_keys, has_compensation)
     else:
         task.advance()
-        _save_step(task, TASK_PROGRESS_FIELDS, record, output, used_keys)
-    claim.outputs[record.step_index] = output
+        _save_step(task, TASK_PROGRESS_FIELDS, record, output, used_keys, has_compensation)
+    claim.outputs[record.step_name] = output
+    claim.completed.append(record.step_name)
     _attempt_metrics(task, record)
     if is_last:
         _finished_metrics(task)
 
 
-def _save_step(task: Task, fields: list[str], record: AttemptRecord, output: Any, used_keys: dict[str, str]) -> None:
+def _save_step(
+    task: Task, fields: list[str], record: AttemptRecord, output: Any, used_keys: dict[str, str], has_compensation: bool
+) -> None:
     # The checkpoint and attempt rows belong to the step that just ran.
-    checkpoint = Checkpoint(task_id=task.pk, step_index=record.step_index, step_name=record.step_name, output=output)
+    checkpoint = Checkpoint(
+        task_id=task.pk,
+        step_index=record.step_index,
+        step_name=record.step_name,
+        output=output,
+        has_compensation=has_compensation,
+    )
     task_save_fenced(
         task,
         fields,
         rows=[checkpoint, record.row(task)],
         rows_ignoring_conflicts=_ledger_rows(task, record.step_index, record.step_name, used_keys, EffectStatus.DONE),
+    )
+
+
+def task_steps_redeclared(*, claim: Claim, step_names: list[str]) -> None:
+    """Record that the claimed task goes on with its pipeline's steps as now declared (``tasks.pipeline_changes``)."""
+    task = claim.task
+    task.step_names = list(step_names)
+    task.total_steps = len(step_names)
+    task_save_fenced(task, TASK_STEPS_FIELDS)
+    logger.info(
+        "task follows its pipeline's new steps",
+        extra={"event": "task_steps_redeclared", "task_id": str(task.pk), "steps": ", ".join(step_names)},
     )
 
 
@@ -211,8 +239,8 @@ def lease_expired(*, task: Task) -> LeaseExpiry:
     """
     running = task.state == TaskState.RUNNING
     pipeline = _pipeline_or_none(task)
-    step_name = ""
-    if running and pipeline is not None and task.current_step < len(pipeline.steps):
+    step_name = task.step_name_at(task.current_step) if running else ""
+    if running and not step_name and pipeline is not None and task.current_step < len(pipeline.steps):
         step_name = pipeline.steps[task.current_step].name
     record = AttemptRecord(
         kind=AttemptKind.STEP if running else AttemptKind.COMPENSATION,
@@ -258,14 +286,14 @@ def lease_expired(*, task: Task) -> LeaseExpiry:
     return LeaseExpiry.CRASH_LOOP
 
 
-def compensation_attempt_recorded(*, claim: Claim, record: AttemptRecord, compensated_step: int | None) -> None:
+def compensation_attempt_recorded(*, claim: Claim, record: AttemptRecord, compensated_step: str | None) -> None:
     """Record a compensation or notice attempt; on success mark the step's effects compensated."""
     task = claim.task
     with transaction.atomic():
         lease_extend(task_id=task.pk, fencing_token=task.fencing_token)
         StepAttempt.objects.bulk_create([record.row(task)])
         if compensated_step is not None and record.outcome == AttemptOutcome.SUCCEEDED:
-            SideEffect.objects.filter(task_id=task.pk, generation=task.generation, step_index=compensated_step).update(
+            SideEffect.objects.filter(task_id=task.pk, generation=task.generation, step_name=compensated_step).update(
                 status=EffectStatus.COMPENSATED, compensated_at=timezone.now()
             )
 

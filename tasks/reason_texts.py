@@ -31,6 +31,9 @@ REASON_MESSAGES = {
         "Workers died %(crashes)s times while running step '%(step)s'; stopped to avoid a crash loop."
     ),
     FailureReason.COMPENSATION_FAILED: _("Compensation could not finish: %(message)s"),
+    FailureReason.PIPELINE_CHANGED: _(
+        "The pipeline changed since the task started: %(message)s. Retry it from start or compensate it."
+    ),
 }
 OTHER_REASON = _("Step '%(step)s' failed (%(code)s): %(message)s")
 PARAMS = ("step", "code", "message", "attempts", "crashes")

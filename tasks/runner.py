@@ -27,12 +27,14 @@ from tasks.exceptions import LeaseLost, PermanentError, UnknownPipeline
 from tasks.json_text import unstorable_json
 from tasks.leases import Claim, Heartbeat, task_claim
 from tasks.models import AttemptKind, FailureReason, TaskState
-from tasks.outcomes import step_retry_scheduled, step_succeeded, task_failed
+from tasks.outcomes import step_retry_scheduled, step_succeeded, task_failed, task_steps_redeclared
+from tasks.pipeline_changes import pipeline_change
 from tasks.pipelines import FailurePolicy, Pipeline
 
 logger = logging.getLogger(__name__)
 
 DEADLINE_EXCEEDED_CODE = FailureReason.DEADLINE_EXCEEDED.value
+PIPELINE_CHANGED_CODE = FailureReason.PIPELINE_CHANGED.value
 
 
 def task_run(*, task_id: str, worker: str) -> str:
@@ -60,17 +62,46 @@ def _run_steps(claim: Claim) -> None:
         pipeline = registry.get(task.pipeline)
     except UnknownPipeline as exc:
         error = Classification(False, exc.code, exc.message, f"{UnknownPipeline.__module__}.UnknownPipeline")
-        task_failed(
-            task=task,
-            policy=FailurePolicy.PARK,
-            reason=FailureReason.PERMANENT_ERROR,
-            error=error,
-            step_index=task.current_step,
-            step_name="",
-        )
+        _park(task, FailureReason.PERMANENT_ERROR, error, step_name="")
+        return
+    if not _follows_declaration(claim, pipeline):
         return
     while task.state == TaskState.RUNNING:
         _run_one_attempt(claim, pipeline)
+
+
+def _follows_declaration(claim: Claim, pipeline: Pipeline) -> bool:
+    """Apply the pipeline-change rule (``tasks.pipeline_changes``): go on, or park the task."""
+    task = claim.task
+    declared = [step.name for step in pipeline.steps]
+    # Checked against the checkpoints (what really ran), not only the recorded
+    # names: a task whose pipeline shifted before names were recorded is caught too.
+    change = pipeline_change(pipeline=pipeline.name, completed=claim.completed, declared=declared)
+    if not change.continues:
+        _park(
+            task,
+            FailureReason.PIPELINE_CHANGED,
+            Classification(False, PIPELINE_CHANGED_CODE, change.message, ""),
+            step_name=change.step,
+        )
+        return False
+    if task.step_names != declared:
+        # Written before names were recorded, or its pipeline gained or changed
+        # steps after its completed ones: it goes on as now declared.
+        task_steps_redeclared(claim=claim, step_names=declared)
+    return True
+
+
+def _park(task, reason: FailureReason, error: Classification, *, step_name: str) -> None:
+    """Fail the task for an operator, whatever the pipeline's policy: no step of it can run as it stands."""
+    task_failed(
+        task=task,
+        policy=FailurePolicy.PARK,
+        reason=reason,
+        error=error,
+        step_index=task.current_step,
+        step_name=step_name,
+    )
 
 
 def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
@@ -94,7 +125,7 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
         pipeline=pipeline.name,
         step=step.name,
         input=task.input,
-        outputs={s.name: claim.outputs.get(i) for i, s in enumerate(pipeline.steps[:index])},
+        outputs={s.name: claim.outputs.get(s.name) for s in pipeline.steps[:index]},
         deadline=task.deadline,
         call_deadline=now + effective,
         attempt=task.step_attempt,
@@ -122,6 +153,7 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
                 output=result.value,
                 used_keys=ctx.used_keys,
                 is_last=index == len(pipeline.steps) - 1,
+                has_compensation=step.compensate is not None,
             )
             return
         if step.transactional:

@@ -34,6 +34,9 @@ def task_states(*, task_ids: list[uuid.UUID]) -> dict[str, str]:
 
 
 def _step_names(task: Task) -> list[str]:
+    # The names the task recorded (it runs on them); the declaration for rows written without them.
+    if task.step_names:
+        return list(task.step_names)
     try:
         return [step.name for step in registry.get(task.pipeline).steps]
     except UnknownPipeline:
@@ -77,15 +80,15 @@ def task_representation(task: Task) -> dict[str, Any]:
     attempts = list(
         StepAttempt.objects.filter(task_id=task.pk, generation=task.generation)
         .order_by("started_at", "id")
-        .values("kind", "step_index", "outcome", "error_code", "error_message")
+        .values("kind", "step_name", "outcome", "error_code", "error_message")
     )
-    completed = set(Checkpoint.objects.filter(task_id=task.pk).values_list("step_index", flat=True))
+    completed = set(Checkpoint.objects.filter(task_id=task.pk).values_list("step_name", flat=True))
     steps = []
     for index, name in enumerate(names):
-        tries = [a for a in attempts if a["kind"] == AttemptKind.STEP and a["step_index"] == index]
+        tries = [a for a in attempts if a["kind"] == AttemptKind.STEP and a["step_name"] == name]
         errors = [a for a in tries if a["outcome"] != AttemptOutcome.SUCCEEDED]
         compensated = any(
-            a["kind"] == AttemptKind.COMPENSATION and a["step_index"] == index and a["outcome"] == "succeeded"
+            a["kind"] == AttemptKind.COMPENSATION and a["step_name"] == name and a["outcome"] == "succeeded"
             for a in attempts
         )
         steps.append(
@@ -104,10 +107,10 @@ def task_representation(task: Task) -> dict[str, Any]:
     }
 
 
-def _step_state(task: Task, index: int, name: str, completed: set[int], compensated: bool) -> str:
+def _step_state(task: Task, index: int, name: str, completed: set[str], compensated: bool) -> str:
     if compensated:
         return "compensated"
-    if index in completed:
+    if name in completed:
         return "succeeded"
     if index == task.current_step:
         if task.state == TaskState.RUNNING:

@@ -47,11 +47,19 @@ def task_retry_from_checkpoint(*, task_id) -> Task:
 
 
 def task_retry_from_start(*, task_id) -> Task:
-    """Start a COMPENSATED task again from step one, with new effect keys."""
+    """Start a COMPENSATED task again from step one, with new effect keys, on its pipeline's steps as now declared.
+
+    A task parked because its pipeline changed under it (FAILED with
+    ``pipeline_changed``) may start again too, uncompensated: the operator
+    chose this over compensating it.
+    """
     with transaction.atomic():
         task = _locked(task_id)
-        if task.state != TaskState.COMPENSATED:
-            raise TaskNotActionable(f"task is {task.state}; only compensated tasks can be retried from start")
+        if not task.can_retry_from_start:
+            raise TaskNotActionable(
+                f"task is {task.state}; only compensated tasks, or tasks parked because their pipeline "
+                "changed, can be retried from start"
+            )
         task.retry_from_start()
         _save(task)
         Checkpoint.objects.filter(task_id=task.pk).delete()

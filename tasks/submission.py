@@ -184,6 +184,7 @@ def _task_create(
         pipeline=spec.name,
         input=input,
         total_steps=len(spec.steps),
+        step_names=[step.name for step in spec.steps],
         deadline=deadline,
         client=client,
         idempotency_scope=scope if key is not None else "",

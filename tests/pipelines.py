@@ -245,3 +245,33 @@ http_no_effect = Pipeline("t_http_no_effect", failure_policy=FailurePolicy.PARK)
 @http_no_effect.step
 def http_no_effect_post(ctx):
     ctx.http.post(f"{_platform_url()}/v1/reports", json={"user_id": "u-careless", "topic": "oops"})
+
+
+# Its steps depend on RC_TEST_PIPELINE_SHAPE, read at import: workers started again with another
+# shape run a changed pipeline, as after a deploy with tasks in flight (issue #13, point 4).
+# "four": shape_1 … shape_4; "appended": and shape_5 at the end; "inserted": shape_1b before shape_2.
+# shape_3 fails transiently until the file named by input "gate" exists: the task waits after step 2.
+PIPELINE_SHAPE = os.environ.get("RC_TEST_PIPELINE_SHAPE", "four")
+shaped = Pipeline(
+    "t_shaped",
+    retry=RetryPolicy(max_attempts=100, base_delay=0.2, max_delay=0.2, jitter=False),
+    failure_policy=FailurePolicy.PARK,
+)
+
+
+def _shaped_step(name: str):
+    def run(ctx):
+        if name == "shape_3" and not os.path.exists(ctx.input["gate"]):
+            raise TransientError("the gate is closed", code="gate_closed")
+        return {"step": name, "shape": PIPELINE_SHAPE, "seen": sorted(ctx.outputs)}
+
+    return shaped.step(run, name=name)
+
+
+_shape_names = ["shape_1", "shape_2", "shape_3", "shape_4"]
+if PIPELINE_SHAPE == "appended":
+    _shape_names.append("shape_5")
+elif PIPELINE_SHAPE == "inserted":
+    _shape_names.insert(1, "shape_1b")
+for _name in _shape_names:
+    _shaped_step(_name)

@@ -101,7 +101,8 @@ class StepRow:
 
 def _step_rows(task: Task, attempts: list[StepAttempt], checkpoints: list[Checkpoint]) -> list[StepRow]:
     try:
-        names = [step.name for step in registry.get(task.pipeline).steps]
+        # The names the task recorded (current_step indexes them); the declaration for rows without them.
+        names = list(task.step_names) or [step.name for step in registry.get(task.pipeline).steps]
     except UnknownPipeline:
         # The pipeline is no longer registered here: name the steps from what ran.
         known = {checkpoint.step_index: checkpoint.step_name for checkpoint in checkpoints}

@@ -64,20 +64,25 @@ class StepAttempt(models.Model):
 
 
 class Checkpoint(models.Model):
-    """A completed step and its output; a resumed task starts after the last one."""
+    """A completed step and its output, keyed by the step's name; a resumed task starts after the last one."""
 
     # Looked up through the composite index that starts with task (one index less to write per step).
     task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="checkpoints", db_index=False)
+    # Where the step stood in the pipeline when it ran (for ordering and pages; the key is the name).
     step_index = models.PositiveIntegerField()
     step_name = models.CharField(max_length=100)
     output = models.JSONField(null=True, blank=True)
+    # Whether the step declared a compensation when it ran: one that is gone
+    # since fails the task's compensation instead of being skipped silently (None:
+    # unknown, a checkpoint written before tasks 0014 or by a tool that bypasses the runner).
+    has_compensation = models.BooleanField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         verbose_name = _("checkpoint")
         verbose_name_plural = _("checkpoints")
         ordering = ["step_index"]
-        constraints = [models.UniqueConstraint(fields=["task", "step_index"], name="checkpoint_unique_step")]
+        constraints = [models.UniqueConstraint(fields=["task", "step_name"], name="checkpoint_unique_step_name")]
 
     def __str__(self) -> str:
         return f"{self.task_id} step {self.step_index} {self.step_name}"

@@ -42,6 +42,8 @@ class FailureReason(models.TextChoices):
     DEADLINE_EXCEEDED = "deadline_exceeded", _("deadline exceeded")
     CRASH_LOOP = "crash_loop", _("crash loop")
     COMPENSATION_FAILED = "compensation_failed", _("compensation failed")
+    # The pipeline's completed steps are no longer its first steps (tasks.pipeline_changes).
+    PIPELINE_CHANGED = "pipeline_changed", _("pipeline changed")
 
 
 class Task(ConcurrentTransitionMixin, models.Model):
@@ -52,6 +54,12 @@ class Task(ConcurrentTransitionMixin, models.Model):
 
     current_step = models.PositiveIntegerField(default=0, help_text=_("index of the next step to run"))
     total_steps = models.PositiveIntegerField(default=0)
+    # The pipeline's step names as declared when the task was submitted (or
+    # last continued on a changed declaration): current_step indexes this
+    # list, and a worker compares it with the pipeline it runs
+    # (tasks.pipeline_changes). Rows written by tools that bypass submission
+    # get the database default, an empty list: "as now declared".
+    step_names = models.JSONField(default=list, db_default=[], blank=True)
     step_attempt = models.PositiveIntegerField(default=0, help_text=_("attempts made at the current step"))
     total_attempts = models.PositiveIntegerField(default=0)
     # Incremented by "retry from start": side-effect keys include it, so a
@@ -86,7 +94,9 @@ class Task(ConcurrentTransitionMixin, models.Model):
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True, default="")
     # Where the engine POSTs the task's terminal state (tasks.callbacks); empty: no callback.
-    callback_url = models.CharField(_("callback URL"), max_length=2048, blank=True, default="")
+    # The database default too: code that inserts tasks without the column (the
+    # previous release during a rolling deploy, devtools' SQL) still works.
+    callback_url = models.CharField(_("callback URL"), max_length=2048, blank=True, default="", db_default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -260,7 +270,12 @@ class Task(ConcurrentTransitionMixin, models.Model):
         self.step_attempt = 0
         self.crash_count = 0
 
-    @transition(field=state, source=TaskState.COMPENSATED, target=TaskState.QUEUED)
+    @transition(
+        field=state,
+        source=[TaskState.COMPENSATED, TaskState.FAILED],
+        target=TaskState.QUEUED,
+        conditions=[lambda task: task.can_retry_from_start],
+    )
     def retry_from_start(self) -> None:
         self._clear_failure()
         self.generation += 1
@@ -286,6 +301,17 @@ class Task(ConcurrentTransitionMixin, models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def can_retry_from_start(self) -> bool:
+        """Compensated tasks start again; so do tasks parked because their pipeline changed under them."""
+        if self.state == TaskState.COMPENSATED:
+            return True
+        return self.state == TaskState.FAILED and self.failure_reason == FailureReason.PIPELINE_CHANGED
+
+    def step_name_at(self, index: int) -> str:
+        """The recorded name of step ``index``; "" when none was recorded there."""
+        return self.step_names[index] if 0 <= index < len(self.step_names or ()) else ""
 
 
 @functools.cache

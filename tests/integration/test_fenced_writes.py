@@ -140,7 +140,8 @@ def test_a_claim_after_a_crash_reads_the_checkpoints_back(write_path):
     second = task_claim(task_id=str(task.pk), owner="w2")
 
     assert second is not None and second.token > first.token
-    assert second.outputs == {0: {"a": [1, None]}}
+    assert second.outputs == {"local_a": {"a": [1, None]}}
+    assert second.completed == ["local_a"]
     assert (second.task.current_step, second.task.lease_owner) == (1, "w2")
     assert task_claim(task_id=str(task.pk), owner="w3") is None
 

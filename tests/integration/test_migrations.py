@@ -21,7 +21,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from dlq.models import AuditEntry, DLQItem
 from dlq.roles import roles_setup
-from tasks.models import DeadLetter, RetentionPurge, Task
+from tasks.models import Checkpoint, DeadLetter, RetentionPurge, Task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -116,3 +116,51 @@ def test_the_retention_migrations_go_back_and_forward():
     assert _purge_index_valid() is True
     assert _audit_purge_allowed()
     assert RetentionPurge.objects.count() == 0
+
+
+STEP_NAMES_BEFORE = [("tasks", "0013_activity_indexes")]
+
+
+def test_step_names_and_name_keyed_checkpoints_are_made_from_existing_rows():
+    try:
+        old = migrate(STEP_NAMES_BEFORE)
+        OldTask, OldCheckpoint = old.get_model("tasks", "Task"), old.get_model("tasks", "Checkpoint")
+        OldAttempt = old.get_model("tasks", "StepAttempt")
+        registered = OldTask.objects.create(id=uuid.uuid4(), pipeline="t_local", state="running", current_step=1)
+        OldCheckpoint.objects.create(task=registered, step_index=0, step_name="local_a", output={"a": 1})
+        # A pipeline this process does not know: its names come from the task's own rows, by index.
+        gone = OldTask.objects.create(id=uuid.uuid4(), pipeline="t_retired", state="failed", current_step=2)
+        OldCheckpoint.objects.create(task=gone, step_index=1, step_name="second", output=None)
+        OldCheckpoint.objects.create(task=gone, step_index=0, step_name="first", output=None)
+        OldAttempt.objects.create(task=gone, kind="step", step_index=2, step_name="third", attempt=1, outcome="x")
+        OldAttempt.objects.create(
+            task=gone, kind="compensation", step_index=0, step_name="undo", attempt=1, outcome="x"
+        )
+        OldAttempt.objects.create(
+            task=gone, kind="failure_notice", step_index=-1, step_name="on_failure", attempt=1, outcome="x"
+        )
+        # Its pipeline changed under it before this release: step "b" ran at two positions.
+        shifted = OldTask.objects.create(id=uuid.uuid4(), pipeline="t_retired", state="queued", current_step=3)
+        kept = OldCheckpoint.objects.create(task=shifted, step_index=1, step_name="b", output={"first": True})
+        OldCheckpoint.objects.create(task=shifted, step_index=0, step_name="a", output=None)
+        OldCheckpoint.objects.create(task=shifted, step_index=2, step_name="b", output={"first": False})
+        untouched = OldTask.objects.create(id=uuid.uuid4(), pipeline="t_retired", state="queued")
+    finally:
+        migrate(latest())
+
+    assert Task.objects.get(pk=registered.pk).step_names == ["local_a", "local_b"]
+    assert Task.objects.get(pk=gone.pk).step_names == ["first", "second", "third"]
+    assert Task.objects.get(pk=untouched.pk).step_names == []
+    assert Task.objects.get(pk=shifted.pk).step_names == ["a", "b"]
+    assert list(
+        Checkpoint.objects.filter(task_id=shifted.pk).order_by("step_index").values_list("pk", "step_name")
+    ) == [
+        (kept.pk + 1, "a"),
+        (kept.pk, "b"),
+    ]
+    # Whether a step had a compensation was not recorded before: unknown.
+    assert set(Checkpoint.objects.values_list("has_compensation", flat=True)) == {None}
+    # Checkpoints are unique by step name now, no longer by index.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Checkpoint.objects.create(task_id=registered.pk, step_index=5, step_name="local_a")
+    Checkpoint.objects.create(task_id=registered.pk, step_index=0, step_name="local_b")
