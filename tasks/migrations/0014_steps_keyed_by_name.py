@@ -2,7 +2,10 @@
 
 Existing rows are converted:
 
-- ``Task.step_names``: the pipeline's current declaration when the pipeline
+- ``Task.step_names`` of tasks that may run again (any state but
+  ``succeeded``; a succeeded task never runs a step again, and most rows of
+  a large table are succeeded ones, left as they are: an empty list reads
+  "as declared now"): the pipeline's current declaration when the pipeline
   is registered in the process that migrates (the same code the workers run
   after the deploy, one UPDATE per pipeline); otherwise the names the task's
   own checkpoints and step attempts carry, ordered by step index. A task
@@ -13,7 +16,10 @@ Existing rows are converted:
   and fails with a reason only when the step is gone altogether.
 - The unique key moves from (task, step index) to (task, step name). A task
   whose pipeline already changed under it may hold two checkpoints of one
-  name (the step ran at two positions): the first one it wrote is kept.
+  name (the step ran at two positions): the first one it wrote is kept. On
+  PostgreSQL its index is built CONCURRENTLY (no write lock on a large live
+  table: one checkpoint per step of every task) and then becomes the
+  constraint, hence ``atomic = False`` as in 0013.
 """
 
 from django.db import migrations, models
@@ -42,15 +48,16 @@ def step_names_recorded(apps, schema_editor):
     Task = apps.get_model("tasks", "Task")
     Checkpoint = apps.get_model("tasks", "Checkpoint")
     StepAttempt = apps.get_model("tasks", "StepAttempt")
+    may_run_again = Task.objects.exclude(state="succeeded")
     unknown = []
-    for name in Task.objects.order_by().values_list("pipeline", flat=True).distinct():
+    for name in may_run_again.order_by().values_list("pipeline", flat=True).distinct():
         try:
             steps = [step.name for step in registry.get(name).steps]
         except UnknownPipeline:
             unknown.append(name)
             continue
-        Task.objects.filter(pipeline=name).update(step_names=steps)
-    tasks = Task.objects.filter(pipeline__in=unknown).order_by("pk").values_list("pk", flat=True)
+        may_run_again.filter(pipeline=name).update(step_names=steps)
+    tasks = may_run_again.filter(pipeline__in=unknown).order_by("pk").values_list("pk", flat=True)
     last = None
     while True:
         batch = list((tasks.filter(pk__gt=last) if last else tasks)[:BATCH_SIZE])
@@ -72,7 +79,40 @@ def step_names_recorded(apps, schema_editor):
                 Task.objects.filter(pk=pk).update(step_names=[by_index[i] for i in sorted(by_index)])
 
 
+UNIQUE_NAME = "checkpoint_unique_step_name"
+
+
+def unique_by_name(apps, schema_editor):
+    connection = schema_editor.connection
+    if connection.vendor != "postgresql":
+        schema_editor.execute(
+            f"CREATE UNIQUE INDEX IF NOT EXISTS {UNIQUE_NAME} ON tasks_checkpoint (task_id, step_name)", params=None
+        )
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [UNIQUE_NAME])
+        row = cursor.fetchone()
+    if row and row[0]:  # a concurrent build that failed leaves an INVALID index behind
+        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {UNIQUE_NAME}", params=None)
+    schema_editor.execute(
+        f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {UNIQUE_NAME} ON tasks_checkpoint (task_id, step_name)",
+        params=None,
+    )
+    schema_editor.execute(
+        f"ALTER TABLE tasks_checkpoint ADD CONSTRAINT {UNIQUE_NAME} UNIQUE USING INDEX {UNIQUE_NAME}", params=None
+    )
+
+
+def unique_by_name_dropped(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(f"ALTER TABLE tasks_checkpoint DROP CONSTRAINT IF EXISTS {UNIQUE_NAME}", params=None)
+    else:
+        schema_editor.execute(f"DROP INDEX IF EXISTS {UNIQUE_NAME}", params=None)
+
+
 class Migration(migrations.Migration):
+    atomic = False
+
     dependencies = [
         ("tasks", "0013_activity_indexes"),
     ]
@@ -110,10 +150,14 @@ class Migration(migrations.Migration):
             name="checkpoint_unique_step",
         ),
         migrations.RunPython(checkpoints_deduplicated, migrations.RunPython.noop, elidable=True),
-        migrations.AddConstraint(
-            model_name="checkpoint",
-            constraint=models.UniqueConstraint(fields=("task", "step_name"), name="checkpoint_unique_step_name"),
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AddConstraint(
+                    model_name="checkpoint",
+                    constraint=models.UniqueConstraint(fields=("task", "step_name"), name=UNIQUE_NAME),
+                ),
+            ],
+            database_operations=[migrations.RunPython(unique_by_name, unique_by_name_dropped)],
         ),
-        # Last: rows of tasks_task are updated after every ALTER TABLE (no pending trigger events).
         migrations.RunPython(step_names_recorded, migrations.RunPython.noop, elidable=True),
     ]

@@ -145,12 +145,15 @@ def test_step_names_and_name_keyed_checkpoints_are_made_from_existing_rows():
         OldCheckpoint.objects.create(task=shifted, step_index=0, step_name="a", output=None)
         OldCheckpoint.objects.create(task=shifted, step_index=2, step_name="b", output={"first": False})
         untouched = OldTask.objects.create(id=uuid.uuid4(), pipeline="t_retired", state="queued")
+        # A succeeded task never runs again: the bulk of a large table, not rewritten.
+        done = OldTask.objects.create(id=uuid.uuid4(), pipeline="t_local", state="succeeded", current_step=2)
     finally:
         migrate(latest())
 
     assert Task.objects.get(pk=registered.pk).step_names == ["local_a", "local_b"]
     assert Task.objects.get(pk=gone.pk).step_names == ["first", "second", "third"]
     assert Task.objects.get(pk=untouched.pk).step_names == []
+    assert Task.objects.get(pk=done.pk).step_names == []
     assert Task.objects.get(pk=shifted.pk).step_names == ["a", "b"]
     assert list(
         Checkpoint.objects.filter(task_id=shifted.pk).order_by("step_index").values_list("pk", "step_name")
