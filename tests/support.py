@@ -135,3 +135,17 @@ def _dead_letters(count: int, pipeline: str, input_: dict) -> list:
         task_run(task_id=str(task.pk), worker="seed")
         items.append(DLQItem.objects.get(task=task))
     return items
+
+
+def planner_statistics_of_a_live_table(tasks: int = 2000) -> None:
+    """Give PostgreSQL's planner the table shape production has before a test EXPLAINs a query.
+
+    Most tasks unfinished, and statistics that say so: left to autovacuum, the
+    statistics are whatever earlier tests left behind, and the planner may then
+    walk another index with a filter instead of the partial index under test.
+    """
+    from tasks.models import Task
+
+    Task.objects.bulk_create(Task(pipeline="t_local", input={}) for _ in range(tasks))
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Task._meta.db_table}")

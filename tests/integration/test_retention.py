@@ -39,7 +39,7 @@ from tasks.models import (
 from tasks.retention import TASKS_KIND, _candidates, finished_tasks_purge, finished_tasks_purge_due
 from tasks.runner import task_run
 from tasks.services import task_close, task_submit
-from tests.support import manage, process_env
+from tests.support import manage, planner_statistics_of_a_live_table, process_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -284,6 +284,7 @@ def test_between_batches_the_purge_pauses_in_proportion_to_the_batch(monkeypatch
 
 def test_the_candidates_are_read_from_the_purge_index():
     # With sequential scans off, PostgreSQL still picks the partial index only if the query implies its predicate.
+    planner_statistics_of_a_live_table()
     cutoff = timezone.now() - RETENTION
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
