@@ -14,6 +14,10 @@ before any of it is imported, and a refused job's callbacks never run.
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import threading
+import time
 
 from django.utils.module_loading import import_string
 from rq.job import Job
@@ -90,6 +94,30 @@ class ReliabilityJob(Job):
         return None
 
 
+# How often an RQ scheduler process checks that the worker that forked it is still there.
+ORPHAN_CHECK_SECONDS = 1.0
+_fork_hook_installed = False
+
+
+def _scheduler_leaves_with_its_worker() -> None:
+    """In a process forked by the worker (RQ's scheduler): stop it once the worker is gone.
+
+    RQ runs the scheduler in a child process that outlives a worker killed
+    with SIGKILL (the OOM killer, ``kill -9``, a chaos test) and goes on
+    heartbeating, holding the scheduler lock: an orphan nobody supervises,
+    running the code of the release it was forked from. The scheduler stops
+    cleanly on SIGTERM (it releases its lock), so the orphan sends itself one.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_CHECK_SECONDS)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
+
+
 class ReliabilityWorker(SimpleWorker):
     """A SimpleWorker that always speaks JSON and always runs ``ReliabilityJob``.
 
@@ -104,6 +132,11 @@ class ReliabilityWorker(SimpleWorker):
     max_connection_wait_time = 5.0
 
     def __init__(self, *args, **kwargs) -> None:
+        global _fork_hook_installed
+        if not _fork_hook_installed:
+            # A SimpleWorker forks nothing but its scheduler.
+            os.register_at_fork(after_in_child=_scheduler_leaves_with_its_worker)
+            _fork_hook_installed = True
         kwargs["serializer"] = JSONSerializer
         if not _is_reliability_job_class(kwargs.get("job_class")):
             kwargs["job_class"] = ReliabilityJob
