@@ -32,6 +32,7 @@ from tasks.clients import signing_secrets
 from tasks.exceptions import InvalidTaskInput, PermanentError
 from tasks.models import ApiClient
 from tasks.pipelines import FailurePolicy, Pipeline
+from tasks.queues import CRITICAL_QUEUE
 from tasks.retry import RetryPolicy
 from tasks.signing import SIGNATURE_HEADER, body_signature_header
 
@@ -55,6 +56,7 @@ def _build() -> Pipeline:
         failure_policy=FailurePolicy.PARK,
         default_step_timeout=SEND_TIMEOUT_SECONDS,
         register=False,
+        queue=CRITICAL_QUEUE,
     )
 
     @pipeline.step(effects=("callback",))

@@ -18,6 +18,7 @@ from dlq.alerting.notifications import (
 from tasks import registry
 from tasks.exceptions import PermanentError
 from tasks.pipelines import FailurePolicy, Pipeline
+from tasks.queues import CRITICAL_QUEUE
 from tasks.retry import RetryPolicy
 
 
@@ -29,6 +30,7 @@ def _build() -> Pipeline:
         failure_policy=FailurePolicy.COMPENSATE,
         default_step_timeout=30,
         register=False,
+        queue=CRITICAL_QUEUE,
     )
 
     @pipeline.step(effects=("notification",))
