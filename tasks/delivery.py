@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from django_rq.connection_utils import filter_connection_params
 from redis import Redis
 from redis.exceptions import RedisError
 from rq.job import JobStatus
+from rq.utils import utcparse
 
 from tasks.queues import default_queue, queue_for_pipeline, queue_names
 
@@ -64,6 +66,64 @@ def redis_client() -> Redis:
 def get_queue(name: str | None = None):
     """The engine's RQ queue ``name`` (the default queue when None), on the process's Redis client."""
     return django_rq.get_queue(name or default_queue(), connection=redis_client())
+
+
+@dataclass(frozen=True)
+class QueueBacklog:
+    """One engine queue's jobs waiting for a worker: how many, and since when the oldest has waited."""
+
+    name: str
+    depth: int
+    oldest_enqueued_at: datetime | None  # None when the queue is empty
+
+    def oldest_age(self, now: datetime) -> float:
+        """Seconds the oldest waiting job has waited (0 for an empty queue)."""
+        if self.oldest_enqueued_at is None:
+            return 0.0
+        return max((now - self.oldest_enqueued_at).total_seconds(), 0.0)
+
+
+def queue_backlogs() -> list[QueueBacklog]:
+    """Every engine queue's backlog, highest priority first; raises ``RedisError`` when Redis cannot be read.
+
+    Two round trips whatever the depth: each queue's ``LLEN`` and head (RQ
+    appends at the tail and pops the head, so the head waited longest), then
+    the heads' ``enqueued_at``.
+    """
+    queues = [get_queue(name) for name in queue_names()]
+    client = redis_client()
+    with client.pipeline(transaction=False) as pipe:
+        for queue in queues:
+            pipe.llen(queue.key)
+            pipe.lindex(queue.key, 0)
+        replies = pipe.execute()
+    depths, heads = replies[0::2], [_text(head) for head in replies[1::2]]
+    with client.pipeline(transaction=False) as pipe:
+        for queue, head in zip(queues, heads, strict=True):
+            if head:
+                pipe.hget(queue.job_class.key_for(head), "enqueued_at")
+        enqueued = iter(pipe.execute())
+    return [
+        QueueBacklog(
+            name=queue.name,
+            depth=depth,
+            oldest_enqueued_at=_timestamp(next(enqueued)) if head else None,
+        )
+        for queue, depth, head in zip(queues, depths, heads, strict=True)
+    ]
+
+
+def _text(value) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _timestamp(value) -> datetime | None:
+    # A head whose hash is gone (expired, deleted) has no time: the queue still counts it.
+    value = _text(value)
+    if not value:
+        return None
+    parsed = utcparse(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def deliver_now(task_id, fencing_token: int, *, pipeline: str) -> bool:
