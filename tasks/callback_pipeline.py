@@ -1,7 +1,8 @@
 """The ``task_callback`` pipeline: one signed POST of a task's terminal event to its ``callback_url``.
 
 Registered by the engine in every process (``TasksConfig.ready``), whatever
-``RELIABILITY_PIPELINE_MODULES`` says. Its one step:
+``RELIABILITY_PIPELINE_MODULES`` says, on the ``critical`` queue (a receiver
+waiting for its callback does not wait behind a bulk backlog). Its one step:
 
 - checks the URL's host against ``RELIABILITY_CALLBACK_ALLOWED_HOSTS`` again
   (the setting may have changed since the submission);

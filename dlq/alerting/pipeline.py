@@ -1,6 +1,7 @@
 """The ``alert_notify`` pipeline: delivers one alert event to one channel on the engine.
 
-Always registered (imported by ``DlqConfig.ready``). The engine gives it
+Always registered (imported by ``DlqConfig.ready``), on the ``critical`` queue:
+an alert about a backlog must not wait behind it. The engine gives it
 retries with backoff, an idempotency key stable across retries, and a DLQ
 item when a channel keeps failing.
 """
