@@ -289,6 +289,8 @@ def bulk_item(ctx):
 
     if ctx.input.get("transient"):
         raise TransientError("bulk item not ready yet")
+    if ctx.input.get("fail"):
+        raise PermanentError("bulk item refused", code="bulk_refused")
     time.sleep(float(ctx.input.get("seconds", 0.02)))
     return None
 
