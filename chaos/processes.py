@@ -193,8 +193,19 @@ class PrivateRedis:
             raise DeploymentError("redis FLUSHALL was refused")
 
 
+# The engine's queues, highest priority first (settings.RELIABILITY_QUEUES; a unit test keeps them equal).
+# Named on the command line, as a deployment's unit files name them.
+WORKER_QUEUES = ("critical", "default", "bulk")
+
+
+def worker_argv() -> list[str]:
+    """A worker (and RQ scheduler) of every engine queue, in priority order."""
+    return manage_argv("rqworker", "--with-scheduler", *WORKER_QUEUES)
+
+
 class WorkerPool:
-    """``manage.py rqworker --with-scheduler`` processes; with ``replace_dead`` a watcher replaces any that exits."""
+    """``manage.py rqworker --with-scheduler critical default bulk`` processes; with ``replace_dead`` a watcher
+    replaces any that exits."""
 
     def __init__(
         self, count: int, env: dict[str, str], log_dir: Path, *, replace_dead: bool = True, unique_logs: bool = False
@@ -215,7 +226,7 @@ class WorkerPool:
 
     def _spawn(self) -> Child:
         name = "worker" if self.unique_logs else f"worker-{next(self._numbers)}"
-        argv = manage_argv("rqworker", "--with-scheduler")
+        argv = worker_argv()
         return Child(name, argv, self.env, self.log_dir, unique_log=self.unique_logs)
 
     def _watch(self) -> None:

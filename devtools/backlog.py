@@ -7,7 +7,7 @@ takes a few). The first job is enqueued by the engine itself
 (``tasks.delivery.deliver_now``); every other job is a server-side ``COPY``
 of that job's hash with its own task id written into its payload and
 description (the same JSON, compressed as RQ compresses it), and its id
-pushed onto the queue in task order. So each job hash holds every field a
+pushed onto the pipeline's queue in task order. So each job hash holds every field a
 real enqueue writes, and the queue holds one entry per job.
 
 Tasks are created oldest first, ``spacing`` apart, the newest ``age`` old;
@@ -28,6 +28,7 @@ from django.db import connection
 
 from tasks import delivery, registry
 from tasks.models import Task, TaskState
+from tasks.queues import queue_for_pipeline
 
 # Jobs per round trip to Redis.
 REDIS_CHUNK = 5000
@@ -92,19 +93,20 @@ def backlog_create(
             },
         )
     task_ids = [backlog_task_id(salt, ordinal) for ordinal in range(count)]
-    _jobs_create([task_id for ordinal, task_id in enumerate(task_ids) if ordinal not in lost])
+    _jobs_create([task_id for ordinal, task_id in enumerate(task_ids) if ordinal not in lost], pipeline=pipeline)
     return task_ids
 
 
-def _jobs_create(task_ids: list[uuid.UUID]) -> None:
+def _jobs_create(task_ids: list[uuid.UUID], *, pipeline: str) -> None:
     if not task_ids:
         return
     # A new task's first delivery is its fencing token 0 (tasks.submission).
     token = Task._meta.get_field("fencing_token").default
     first, *others = task_ids
-    if not delivery.deliver_now(first, token):
+    if not delivery.deliver_now(first, token, pipeline=pipeline):
         raise RuntimeError("Redis is unavailable")
-    queue = delivery.get_queue()
+    # The queue the engine delivered the first job to: the pipeline's own.
+    queue = delivery.get_queue(queue_for_pipeline(pipeline))
     template_key = queue.job_class.key_for(delivery.job_id(first, token))
     payload, description = queue.connection.hmget(template_key, "data", "description")
     payload = zlib.decompress(payload)

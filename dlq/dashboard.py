@@ -31,7 +31,7 @@ from dlq.activity import MinuteActivity, minute_activity
 from dlq.audit import AUDIT_PURGE_KIND
 from dlq.models import AlertEvent, AlertRule, AlertState, AuditEntry, AuditOutcome, DLQItem, DLQStatus
 from dlq.selectors import FailureGroup
-from tasks.delivery import get_queue
+from tasks.delivery import QueueBacklog, get_queue, queue_backlogs
 from tasks.models import (
     Checkpoint,
     IdempotencyRecord,
@@ -42,6 +42,7 @@ from tasks.models import (
     Task,
     TaskState,
 )
+from tasks.queues import queue_names
 from tasks.retention import TASKS_KIND
 
 logger = logging.getLogger(__name__)
@@ -224,11 +225,12 @@ def dlq_hourly_growth(*, now: dt.datetime, hours: int = GROWTH_HOURS) -> HourlyG
 @dataclass(frozen=True)
 class QueueFigures:
     available: bool  # False when Redis could not be read: every figure below is then None
-    queued: int | None = None
+    queued: int | None = None  # the counts are the sums over every engine queue
     scheduled: int | None = None
     started: int | None = None
     failed: int | None = None
     workers: tuple[str, ...] | None = None
+    queues: tuple[QueueBacklog, ...] = ()  # each queue's depth and oldest job, highest priority first
 
     @property
     def worker_count(self) -> int | None:
@@ -236,18 +238,20 @@ class QueueFigures:
 
 
 def queue_figures() -> QueueFigures:
-    """Job counts of the engine's RQ queue and the names of live workers; ``available=False`` if Redis is down."""
-    queue = get_queue()
+    """Job counts of the engine's queues (summed), each queue's backlog, live workers; unavailable if Redis is down."""
     try:
+        backlogs = tuple(queue_backlogs())
+        queues = [get_queue(name) for name in queue_names()]
         # cleanup=False: counting must not change the queue (cleaning the
         # started registry would retry or fail abandoned jobs); workers do that.
         return QueueFigures(
             available=True,
-            queued=queue.count,
-            scheduled=queue.scheduled_job_registry.get_job_count(cleanup=False),
-            started=queue.started_job_registry.get_job_count(cleanup=False),
-            failed=queue.failed_job_registry.get_job_count(cleanup=False),
-            workers=tuple(sorted(worker.name for worker in Worker.all(connection=queue.connection))),
+            queued=sum(backlog.depth for backlog in backlogs),
+            scheduled=sum(queue.scheduled_job_registry.get_job_count(cleanup=False) for queue in queues),
+            started=sum(queue.started_job_registry.get_job_count(cleanup=False) for queue in queues),
+            failed=sum(queue.failed_job_registry.get_job_count(cleanup=False) for queue in queues),
+            workers=tuple(sorted(worker.name for worker in Worker.all(connection=queues[0].connection))),
+            queues=backlogs,
         )
     except RedisError as exc:
         logger.warning("dashboard redis unavailable", extra={"event": "dashboard_redis_unavailable", "error": str(exc)})

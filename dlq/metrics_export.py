@@ -41,7 +41,7 @@ class StateCollector:
         now = timezone.now()
         yield from self._tasks(now)
         yield from self._dlq(now)
-        yield from self._queue()
+        yield from self._queue(now)
         yield from self._sweeper(now)
         yield from self._alerts()
 
@@ -111,33 +111,48 @@ class StateCollector:
             groups.add_metric([pipeline, step, error_code], count)
         yield groups
 
-    def _queue(self):
+    def _queue(self, now):
         from redis.exceptions import RedisError
         from rq import Worker
 
-        from tasks.delivery import get_queue
+        from tasks.delivery import get_queue, queue_backlogs
+        from tasks.queues import queue_names
 
         up = GaugeMetricFamily("reliability_redis_up", "1 when Redis answered this scrape.")
         jobs = GaugeMetricFamily("reliability_queue_jobs", "RQ jobs by queue and registry.", labels=["queue", "status"])
+        depth = GaugeMetricFamily(
+            "reliability_queue_depth", "Jobs waiting in each engine queue for a worker.", labels=["queue"]
+        )
+        oldest = GaugeMetricFamily(
+            "reliability_queue_oldest_job_age_seconds",
+            "How long the oldest job waiting in each engine queue has waited (0 when the queue is empty).",
+            labels=["queue"],
+        )
         workers = GaugeMetricFamily("reliability_workers", "Live RQ workers (registered in Redis).")
-        queue = get_queue()
         try:
-            figures = {
-                "queued": queue.count,
-                "scheduled": queue.scheduled_job_registry.get_job_count(cleanup=False),
-                "started": queue.started_job_registry.get_job_count(cleanup=False),
-                "failed": queue.failed_job_registry.get_job_count(cleanup=False),
-            }
-            live = Worker.count(connection=queue.connection)
+            backlogs = queue_backlogs()
+            figures = {}
+            for name in queue_names():
+                queue = get_queue(name)
+                figures[name] = {
+                    "scheduled": queue.scheduled_job_registry.get_job_count(cleanup=False),
+                    "started": queue.started_job_registry.get_job_count(cleanup=False),
+                    "failed": queue.failed_job_registry.get_job_count(cleanup=False),
+                }
+            live = Worker.count(connection=get_queue().connection)
         except RedisError:
             up.add_metric([], 0)
             yield up
             return
         up.add_metric([], 1)
-        for status, count in figures.items():
-            jobs.add_metric([queue.name, status], count)
+        for backlog in backlogs:
+            jobs.add_metric([backlog.name, "queued"], backlog.depth)
+            for status, count in figures[backlog.name].items():
+                jobs.add_metric([backlog.name, status], count)
+            depth.add_metric([backlog.name], backlog.depth)
+            oldest.add_metric([backlog.name], backlog.oldest_age(now))
         workers.add_metric([], live)
-        yield from (up, jobs, workers)
+        yield from (up, jobs, depth, oldest, workers)
 
     def _sweeper(self, now):
         row = SweeperHeartbeat.objects.aggregate(last=Max("last_run_at"), runs=Sum("runs"))

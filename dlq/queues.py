@@ -16,14 +16,13 @@ import datetime as dt
 import logging
 from dataclasses import dataclass
 
-import django_rq
-from django.conf import settings
 from django.utils import timezone
 from redis.exceptions import RedisError
 from rq import Worker
 from rq.utils import utcparse
 
 from tasks.delivery import get_queue
+from tasks.queues import queue_names
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +52,12 @@ class QueueState:
 
 
 def queue_states() -> list[QueueState]:
-    """Every configured RQ queue as the Queues page shows it (the engine has one, ``default``)."""
-    return [_queue_state(name) for name in settings.RQ_QUEUES]
+    """Every engine queue as the Queues page shows it, highest priority first (``critical``, ``default``, ``bulk``)."""
+    return [_queue_state(name) for name in queue_names()]
 
 
 def _queue_state(name: str) -> QueueState:
-    queue = get_queue() if name == settings.RELIABILITY_QUEUE else django_rq.get_queue(name)
+    queue = get_queue(name)
     try:
         oldest = queue.get_job_ids(0, 1)  # RQ appends at the tail and pops the head: the head waited longest
         enqueued_at = (

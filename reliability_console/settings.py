@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from pathlib import Path
 
@@ -58,10 +59,11 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Before django_rq: the engine's rqworker command (every engine queue by default) replaces django-rq's.
+    "tasks.apps.TasksConfig",
     "django_rq",
     "ninja",
     "axes",
-    "tasks.apps.TasksConfig",
     "dlq.apps.DlqConfig",
 ]
 # Development-only tools (seed_scale_data) exist in a source checkout, not in the wheel, which does not ship them;
@@ -138,21 +140,30 @@ REDIS_URL = validate_redis_url(env.str("REDIS_URL", "redis://127.0.0.1:6379/0"))
 # Redis under Sentinel: the sentinels to ask (host:port,host:port) and the name they monitor.
 REDIS_SENTINELS = env.list("REDIS_SENTINELS", [])
 REDIS_SENTINEL_MASTER = env.str("REDIS_SENTINEL_MASTER")
-RELIABILITY_QUEUE = "default"  # rqworker with no arguments serves exactly this queue
+# The engine's RQ queues, highest priority first. A pipeline names one (Pipeline(queue=...), else
+# RELIABILITY_QUEUE); a worker listens to them in this order (rqworker with no arguments: all of them) and
+# always takes the next job from the first non-empty one, so a critical job waits for at most the jobs
+# already running. The engine's own notifications (alerts, completion callbacks) run on "critical".
+RELIABILITY_QUEUES = ("critical", "default", "bulk")
+RELIABILITY_QUEUE = "default"  # the queue of a pipeline that names none (and of a task whose pipeline is unknown)
+_REDIS_CONNECTION = redis_connection_config(
+    REDIS_URL,
+    sentinels=REDIS_SENTINELS,
+    master=REDIS_SENTINEL_MASTER,
+    sentinel_password=env.str("REDIS_SENTINEL_PASSWORD"),
+)
+# One Redis (directly or through Sentinel) for every queue: a worker's queues must share its connection.
 RQ_QUEUES = {
-    RELIABILITY_QUEUE: {
-        **redis_connection_config(
-            REDIS_URL,
-            sentinels=REDIS_SENTINELS,
-            master=REDIS_SENTINEL_MASTER,
-            sentinel_password=env.str("REDIS_SENTINEL_PASSWORD"),
-        ),
+    name: {
+        # A copy each: nothing that adjusts one queue's connection options reaches another's.
+        **copy.deepcopy(_REDIS_CONNECTION),
         # Never pickle: a job payload is data, not code.
         "SERIALIZER": "rq.serializers.JSONSerializer",
         # The engine enforces its own per-step timeouts; RQ's job timeout
         # would kill a healthy long pipeline between two steps.
         "DEFAULT_TIMEOUT": -1,
-    },
+    }
+    for name in RELIABILITY_QUEUES
 }
 RQ = {
     "WORKER_CLASS": env.str("RELIABILITY_WORKER_CLASS", "tasks.worker.ReliabilityWorker"),

@@ -1,4 +1,4 @@
-"""`make bench`: the engine, API, memory, recovery, backlog, purge and console parts, one after the other.
+"""`make bench`: the engine, API, memory, recovery, backlog, priorities, purge and console parts, one after another.
 
 - engine (scripts/bench_engine.py): throughput against bare RQ and raw PostgreSQL commits;
 - API (scripts/bench_api.py): ``POST /api/v1/tasks`` requests/s and p50 / p99 latency through gunicorn, without
@@ -7,6 +7,8 @@
 - recovery (scripts/bench_recovery.py): from SIGKILL of a worker in mid-step to the step's next attempt starting
   in another worker, with the default and with a short lease;
 - backlog (scripts/bench_backlog.py): one sweep's time with no task and with 100,000 tasks queued, one job lost;
+- priorities (scripts/bench_priorities.py): how long a critical task waits (median, max) behind 5,000 queued bulk
+  tasks and 2 workers, against one bulk task's run time measured in the same run;
 - purge (scripts/bench_purge.py): the retention purge of 1,000,000 finished tasks, its rate, and 2 workers'
   10-step throughput while it runs as a ratio of their throughput without it;
 - console (scripts/bench_console.py): the operator pages on millions of rows.
@@ -14,12 +16,13 @@
 Prints every table and writes ``var/bench/latest.json``:
 ``{"floors": [{"name", "value", "floor", "holds"}], "figures": {name: {"value", "unit"}}}`` with the figures
 of all parts run. Floors are reported, never enforced: the exit status is non-zero only when a part crashed.
-``--skip-engine``, ``--skip-api``, ``--skip-memory``, ``--skip-recovery``, ``--skip-backlog``, ``--skip-purge``
-and ``--skip-console`` leave a part out.
+``--skip-engine``, ``--skip-api``, ``--skip-memory``, ``--skip-recovery``, ``--skip-backlog``,
+``--skip-priorities``, ``--skip-purge`` and ``--skip-console`` leave a part out.
 
 The console part's own options (``--tasks``, ``--dlq-items``, ``--database``, ``--requests``, ``--redis-url``)
 pass through unchanged; each other part's are the same as its script's with a prefix: ``--engine-jobs``,
-``--api-requests``, ``--memory-tasks``, ``--recovery-samples``, ``--backlog-tasks``, ``--purge-tasks``, ...
+``--api-requests``, ``--memory-tasks``, ``--recovery-samples``, ``--backlog-tasks``, ``--priorities-tasks``,
+``--purge-tasks``, ...
 ``--keep`` and ``--server-url`` apply to all.
 Example: ``make bench BENCH_ARGS="--skip-console --skip-engine --recovery-settings short"``.
 """
@@ -37,6 +40,7 @@ import bench_backlog
 import bench_console
 import bench_engine
 import bench_memory
+import bench_priorities
 import bench_purge
 import bench_recovery
 from bench_part import write_results
@@ -50,6 +54,7 @@ PARTS = (
     (bench_memory.PART, "memory-"),
     (bench_recovery.PART, "recovery-"),
     (bench_backlog.PART, "backlog-"),
+    (bench_priorities.PART, "priorities-"),
     (bench_purge.PART, "purge-"),
     (bench_console.PART, ""),
 )

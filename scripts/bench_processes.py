@@ -29,7 +29,8 @@ if str(ROOT) not in sys.path:
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432"
 # Database 14 of the local Redis is the benchmarks' own: the parts flush it before and after they use it.
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
-ENGINE_QUEUE = "default"  # the project's only queue (settings.RELIABILITY_QUEUE)
+ENGINE_QUEUE = "default"  # the bench pipelines' queue (settings.RELIABILITY_QUEUE)
+# With no queue named, a worker listens to every engine queue, highest priority first (critical default bulk).
 WORKER_ARGV = [sys.executable, "manage.py", "rqworker"]
 WORKER_START_TIMEOUT = 60
 SERVER_START_TIMEOUT = 60

@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from chaos.processes import WORKER_QUEUES  # noqa: E402
 from reliability_console.local_redis import redis_server_argv  # noqa: E402
 
 TERMINAL = {"succeeded", "failed", "compensated", "compensation_failed"}
@@ -213,7 +214,9 @@ def main() -> int:
             ],
         )
         for index in (1, 2):
-            stack.start(f"worker-{index}", [sys.executable, "manage.py", "rqworker", "--with-scheduler"])
+            # Every engine queue, highest priority first: a critical job never waits behind the bulk backlog.
+            worker_argv = [sys.executable, "manage.py", "rqworker", "--with-scheduler", *WORKER_QUEUES]
+            stack.start(f"worker-{index}", worker_argv)
         stack.start("sweeper", [sys.executable, "manage.py", "run_sweeper"])
         login_url = f"http://127.0.0.1:{web_port}/admin/login/"
         wait_until(lambda: (stack.check_alive(), http_ok(login_url))[1], 60, "web server")

@@ -1,7 +1,8 @@
 """The ``task_callback`` pipeline: one signed POST of a task's terminal event to its ``callback_url``.
 
 Registered by the engine in every process (``TasksConfig.ready``), whatever
-``RELIABILITY_PIPELINE_MODULES`` says. Its one step:
+``RELIABILITY_PIPELINE_MODULES`` says, on the ``critical`` queue (a receiver
+waiting for its callback does not wait behind a bulk backlog). Its one step:
 
 - checks the URL's host against ``RELIABILITY_CALLBACK_ALLOWED_HOSTS`` again
   (the setting may have changed since the submission);
@@ -32,6 +33,7 @@ from tasks.clients import signing_secrets
 from tasks.exceptions import InvalidTaskInput, PermanentError
 from tasks.models import ApiClient
 from tasks.pipelines import FailurePolicy, Pipeline
+from tasks.queues import CRITICAL_QUEUE
 from tasks.retry import RetryPolicy
 from tasks.signing import SIGNATURE_HEADER, body_signature_header
 
@@ -55,6 +57,7 @@ def _build() -> Pipeline:
         failure_policy=FailurePolicy.PARK,
         default_step_timeout=SEND_TIMEOUT_SECONDS,
         register=False,
+        queue=CRITICAL_QUEUE,
     )
 
     @pipeline.step(effects=("callback",))

@@ -1,7 +1,8 @@
 """Delivery of "run task X now" through RQ. Redis only delivers; losing a job loses nothing.
 
 Every enqueue happens after the database commit. When Redis is down at that
-moment the task stays QUEUED and the sweeper delivers it later.
+moment the task stays QUEUED and the sweeper delivers it later. A job goes to
+its task's pipeline's queue (``tasks.queues``), whoever enqueues it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,9 @@ from django_rq.connection_utils import filter_connection_params
 from redis import Redis
 from redis.exceptions import RedisError
 from rq.job import JobStatus
+from rq.utils import utcparse
+
+from tasks.queues import default_queue, queue_for_pipeline, queue_names
 
 if TYPE_CHECKING:
     from rq import Queue
@@ -49,37 +54,99 @@ _clients: dict[str, Redis] = {}
 
 def redis_client() -> Redis:
     """The process's client of the engine's Redis (as configured in ``RQ_QUEUES``, directly or through Sentinel)."""
-    config = settings.RQ_QUEUES[settings.RELIABILITY_QUEUE]
+    # Every queue has the same connection settings (a worker's queues share one connection).
+    config = settings.RQ_QUEUES[default_queue()]
     key = repr(sorted(filter_connection_params(config).items()))
     client = _clients.get(key)
     if client is None:
-        client = _clients.setdefault(key, django_rq.get_connection(settings.RELIABILITY_QUEUE))
+        client = _clients.setdefault(key, django_rq.get_connection(default_queue()))
     return client
 
 
-def get_queue():
-    """The engine's RQ queue, on the process's Redis client."""
-    return django_rq.get_queue(settings.RELIABILITY_QUEUE, connection=redis_client())
+def get_queue(name: str | None = None):
+    """The engine's RQ queue ``name`` (the default queue when None), on the process's Redis client."""
+    return django_rq.get_queue(name or default_queue(), connection=redis_client())
 
 
-def deliver_now(task_id, fencing_token: int) -> bool:
-    """Enqueue a run of ``task_id``; return False (and log) when Redis is unavailable."""
+@dataclass(frozen=True)
+class QueueBacklog:
+    """One engine queue's jobs waiting for a worker: how many, and since when the oldest has waited."""
+
+    name: str
+    depth: int
+    oldest_enqueued_at: datetime | None  # None when the queue is empty
+
+    def oldest_age(self, now: datetime) -> float:
+        """Seconds the oldest waiting job has waited (0 for an empty queue)."""
+        if self.oldest_enqueued_at is None:
+            return 0.0
+        return max((now - self.oldest_enqueued_at).total_seconds(), 0.0)
+
+
+def queue_backlogs() -> list[QueueBacklog]:
+    """Every engine queue's backlog, highest priority first; raises ``RedisError`` when Redis cannot be read.
+
+    Two round trips whatever the depth: each queue's ``LLEN`` and head (RQ
+    appends at the tail and pops the head, so the head waited longest), then
+    the heads' ``enqueued_at``.
+    """
+    queues = [get_queue(name) for name in queue_names()]
+    client = redis_client()
+    with client.pipeline(transaction=False) as pipe:
+        for queue in queues:
+            pipe.llen(queue.key)
+            pipe.lindex(queue.key, 0)
+        replies = pipe.execute()
+    depths, heads = replies[0::2], [_text(head) for head in replies[1::2]]
+    with client.pipeline(transaction=False) as pipe:
+        for queue, head in zip(queues, heads, strict=True):
+            if head:
+                pipe.hget(queue.job_class.key_for(head), "enqueued_at")
+        enqueued = iter(pipe.execute())
+    return [
+        QueueBacklog(
+            name=queue.name,
+            depth=depth,
+            oldest_enqueued_at=_timestamp(next(enqueued)) if head else None,
+        )
+        for queue, depth, head in zip(queues, depths, heads, strict=True)
+    ]
+
+
+def _text(value) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _timestamp(value) -> datetime | None:
+    # A head whose hash is gone (expired, deleted) has no time: the queue still counts it.
+    value = _text(value)
+    if not value:
+        return None
+    parsed = utcparse(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def deliver_now(task_id, fencing_token: int, *, pipeline: str) -> bool:
+    """Enqueue a run of ``task_id`` on its ``pipeline``'s queue; return False (and log) when Redis is unavailable."""
     return _enqueue(
         task_id,
+        pipeline,
         lambda queue: queue.enqueue_call(
             RUN_TASK_ENTRY_POINT, args=(str(task_id),), **_job_options(task_id, fencing_token)
         ),
     )
 
 
-def deliver_at(task_id, fencing_token: int, when: datetime) -> bool:
-    """Schedule a run (a due retry) in RQ's scheduler; the sweeper is the fallback."""
+def deliver_at(task_id, fencing_token: int, when: datetime, *, pipeline: str) -> bool:
+    """Schedule a run (a due retry) in RQ's scheduler, for its ``pipeline``'s queue; the sweeper is the fallback."""
     # RQ's scheduler keeps whole seconds and would truncate: round up so a
     # retry is never delivered before its backoff has ended.
     when = datetime.fromtimestamp(math.ceil(when.timestamp()), tz=UTC)
     options = _job_options(task_id, fencing_token)
     options["job_timeout"] = options.pop("timeout")
-    return _enqueue(task_id, lambda queue: queue.enqueue_at(when, RUN_TASK_ENTRY_POINT, str(task_id), **options))
+    return _enqueue(
+        task_id, pipeline, lambda queue: queue.enqueue_at(when, RUN_TASK_ENTRY_POINT, str(task_id), **options)
+    )
 
 
 def _job_options(task_id, fencing_token: int) -> dict:
@@ -91,9 +158,9 @@ def _job_options(task_id, fencing_token: int) -> dict:
     }
 
 
-def _enqueue(task_id, enqueue) -> bool:
+def _enqueue(task_id, pipeline: str, enqueue) -> bool:
     try:
-        enqueue(get_queue())
+        enqueue(get_queue(queue_for_pipeline(pipeline)))
     except RedisError as exc:
         logger.warning(
             "delivery postponed: Redis unavailable",
@@ -103,12 +170,12 @@ def _enqueue(task_id, enqueue) -> bool:
     return True
 
 
-def deliver_on_commit(task_id, fencing_token: int, when: datetime | None = None) -> None:
-    """Deliver once the current transaction commits (never for a rolled-back write)."""
+def deliver_on_commit(task_id, fencing_token: int, when: datetime | None = None, *, pipeline: str) -> None:
+    """Deliver once the current transaction commits (never for a rolled-back write), on ``pipeline``'s queue."""
     if when is None:
-        transaction.on_commit(lambda: deliver_now(task_id, fencing_token))
+        transaction.on_commit(lambda: deliver_now(task_id, fencing_token, pipeline=pipeline))
     else:
-        transaction.on_commit(lambda: deliver_at(task_id, fencing_token, when))
+        transaction.on_commit(lambda: deliver_at(task_id, fencing_token, when, pipeline=pipeline))
 
 
 def delivery_pending(task_id, fencing_token: int) -> bool | None:
@@ -127,16 +194,20 @@ def deliveries_lost(
     ``_LOST_JOBS``), scheduled or deferred. One whose hash is gone or
     incomplete (RQ's ``Job.fetch`` refuses a hash without its payload) or
     that started, finished, failed, stopped or was cancelled will not. One
-    round trip for all the deliveries, answered by a script in Redis. A
-    caller that asks many times may pass the ``queue`` it holds.
+    round trip for all the deliveries, answered by a script in Redis, on
+    whichever queue each job waits (a job's hash is the same on every queue;
+    the intermediate lists of all of them are read). A caller that asks many
+    times may pass a ``queue`` it holds (any of the engine's).
     """
     queue = queue or get_queue()
+    intermediate = [get_queue(name).intermediate_queue_key for name in queue_names()]
     keys = [queue.job_class.key_for(job_id(task_id, fencing_token)) for task_id, fencing_token in deliveries]
     try:
         lost_jobs = queue.connection.register_script(_LOST_JOBS)
         positions = lost_jobs(
-            keys=[queue.intermediate_queue_key, *keys],
+            keys=[*intermediate, *keys],
             args=[
+                len(intermediate),
                 queue.job_class.redis_job_namespace_prefix,
                 JobStatus.QUEUED.value,
                 *(status.value for status in PENDING_STATUSES),
@@ -147,9 +218,9 @@ def deliveries_lost(
     return [deliveries[position - 1] for position in positions]
 
 
-# KEYS[1]: the queue's intermediate list; KEYS[2..]: job hashes. ARGV[1]: the
-# job key prefix; ARGV[2]: "queued"; ARGV[3..]: PENDING_STATUSES. Returns the
-# positions (1 for KEYS[2]) of the jobs that will not run.
+# KEYS[1..n]: the queues' intermediate lists; KEYS[n+1..]: job hashes. ARGV[1]:
+# n; ARGV[2]: the job key prefix; ARGV[3]: "queued"; ARGV[4..]: PENDING_STATUSES.
+# Returns the positions (1 for KEYS[n+1]) of the jobs that will not run.
 #
 # A worker moves a job from the queue to the intermediate list as it
 # dequeues, and off it a moment later as it starts. One killed in between
@@ -161,21 +232,24 @@ def deliveries_lost(
 # paused, two deliveries meet one conditional claim. A script runs alone, so
 # no worker moves a job between the read of the list and the removal.
 _LOST_JOBS = """
+local lists = tonumber(ARGV[1])
 local pending = {}
-for i = 3, #ARGV do pending[ARGV[i]] = true end
+for i = 4, #ARGV do pending[ARGV[i]] = true end
 local taken = {}
-for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do taken[id] = true end
+for l = 1, lists do
+    for _, id in ipairs(redis.call('LRANGE', KEYS[l], 0, -1)) do taken[id] = KEYS[l] end
+end
 local any_taken = next(taken) ~= nil
 local lost = {}
-for i = 2, #KEYS do
+for i = lists + 1, #KEYS do
     local job = redis.call('HMGET', KEYS[i], 'status', 'data')
     if not job[2] or not pending[job[1]] then
-        lost[#lost + 1] = i - 1
-    elseif any_taken and job[1] == ARGV[2] then
-        local id = string.sub(KEYS[i], #ARGV[1] + 1)
+        lost[#lost + 1] = i - lists
+    elseif any_taken and job[1] == ARGV[3] then
+        local id = string.sub(KEYS[i], #ARGV[2] + 1)
         if taken[id] then
-            redis.call('LREM', KEYS[1], 0, id)
-            lost[#lost + 1] = i - 1
+            redis.call('LREM', taken[id], 0, id)
+            lost[#lost + 1] = i - lists
         end
     end
 end

@@ -163,7 +163,7 @@ def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datet
         task.schedule_retry(retry_at=retry_at)
         task_save_guarded(task, TASK_RETRY_FIELDS)
         StepAttempt.objects.bulk_create([record.row(task)])
-        deliver_on_commit(task.pk, token, when=retry_at)
+        deliver_on_commit(task.pk, token, when=retry_at, pipeline=task.pipeline)
         _attempt_metrics(task, record, retried=True)
     logger.info(
         "retry scheduled",
@@ -212,7 +212,7 @@ def task_failed(
             )
         dead_letter_open(task=task, reason=reason, error=error, step=step_name)
         if task.state == TaskState.COMPENSATING and not keep_lease_for:
-            deliver_on_commit(task.pk, token)
+            deliver_on_commit(task.pk, token, pipeline=task.pipeline)
         if task.state == TaskState.FAILED:
             callback_submit(task=task)
             _finished_metrics(task)
@@ -263,7 +263,7 @@ def lease_expired(*, task: Task) -> LeaseExpiry:
         else:
             task.release_after_lease_expiry()
         task_save_guarded(task, TASK_REQUEUE_FIELDS)
-        deliver_on_commit(task.pk, task.fencing_token)
+        deliver_on_commit(task.pk, task.fencing_token, pipeline=task.pipeline)
         logger.warning(
             "lease expired; task re-queued",
             extra={"event": "lease_expired", "task_id": str(task.pk), "crashes": task.crash_count},

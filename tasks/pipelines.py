@@ -27,6 +27,7 @@ from typing import Any
 
 from tasks import registry
 from tasks.exceptions import ConfigurationError, InvalidTaskInput, PermanentError, TransientError
+from tasks.queues import default_queue, queue_check
 from tasks.retry import DEFAULT_COMPENSATION_RETRY_POLICY, DEFAULT_RETRY_POLICY, RetryPolicy
 
 __all__ = [
@@ -81,6 +82,9 @@ class Step:
 class Pipeline:
     """An ordered list of steps with a retry policy and a failure policy.
 
+    ``queue`` names the RQ queue its tasks run on (``critical``, ``default``
+    or ``bulk``, highest priority first; ``None``: ``RELIABILITY_QUEUE``); a
+    queue that is not configured is a ``ConfigurationError`` at declaration.
     ``validate_input`` (optional) receives the submitted input and returns the
     cleaned input or raises ``InvalidTaskInput``; it runs before anything is
     stored. ``on_failure`` (optional) runs once after compensation, e.g. to
@@ -96,11 +100,13 @@ class Pipeline:
     on_failure_timeout: float | None = None
     steps: list[Step] = field(default_factory=list)
     register: bool = True
+    queue: str | None = None
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.match(self.name):
             raise ConfigurationError(f"pipeline name {self.name!r} must match {NAME_PATTERN.pattern}")
         self.failure_policy = FailurePolicy(self.failure_policy)
+        self.queue = queue_check(self.queue or default_queue(), pipeline=self.name)
         if self.register:
             registry.register(self)
 

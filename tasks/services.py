@@ -42,7 +42,7 @@ def task_retry_from_checkpoint(*, task_id) -> Task:
         task.retry_from_checkpoint()
         _save(task)
         dead_letter_set_status(task=task, status=DLQStatus.RETRYING)
-        deliver_on_commit(task.pk, task.fencing_token)
+        deliver_on_commit(task.pk, task.fencing_token, pipeline=task.pipeline)
     return task
 
 
@@ -64,7 +64,7 @@ def task_retry_from_start(*, task_id) -> Task:
         _save(task)
         Checkpoint.objects.filter(task_id=task.pk).delete()
         dead_letter_set_status(task=task, status=DLQStatus.RETRYING)
-        deliver_on_commit(task.pk, task.fencing_token)
+        deliver_on_commit(task.pk, task.fencing_token, pipeline=task.pipeline)
     return task
 
 
@@ -80,7 +80,7 @@ def task_compensate(*, task_id) -> Task:
             raise TaskNotActionable(f"task is {task.state}; only failed tasks can be compensated")
         _save(task)
         dead_letter_set_status(task=task, status=DLQStatus.COMPENSATING)
-        deliver_on_commit(task.pk, task.fencing_token)
+        deliver_on_commit(task.pk, task.fencing_token, pipeline=task.pipeline)
     return task
 
 

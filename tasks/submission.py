@@ -192,7 +192,7 @@ def _task_create(
         request_fingerprint=fingerprint,
         callback_url=callback_url,
     )
-    deliver_on_commit(task.pk, task.fencing_token)
+    deliver_on_commit(task.pk, task.fencing_token, pipeline=task.pipeline)
     logger.info("task submitted", extra={"event": "task_submitted", "task_id": str(task.pk), "pipeline": spec.name})
     return task
 

@@ -167,7 +167,7 @@ def _due_retries(report: SweepReport) -> None:
                     continue
                 task.make_due()
                 task.save(update_fields=["state", "retry_at", "updated_at"])
-                deliver_on_commit(task.pk, task.fencing_token)
+                deliver_on_commit(task.pk, task.fencing_token, pipeline=task.pipeline)
                 report.retries_started += 1
         except ConcurrentTransition:
             continue
@@ -199,7 +199,7 @@ def _lost_deliveries(report: SweepReport) -> None:
                 continue
             # Touch the row so the next sweep waits a grace period before checking again.
             Task.objects.filter(pk=pk).update(updated_at=timezone.now())
-            deliver_on_commit(task.pk, token)
+            deliver_on_commit(task.pk, token, pipeline=task.pipeline)
             report.redelivered += 1
 
 

@@ -275,3 +275,29 @@ elif PIPELINE_SHAPE == "inserted":
     _shape_names.insert(1, "shape_1b")
 for _name in _shape_names:
     _shaped_step(_name)
+
+
+# Queues with priorities: a bulk pipeline whose tasks take a moment each, and a critical one.
+bulk_work = Pipeline(
+    "t_bulk", queue="bulk", failure_policy=FailurePolicy.PARK, retry=RetryPolicy(max_attempts=3, base_delay=60)
+)
+
+
+@bulk_work.step
+def bulk_item(ctx):
+    import time
+
+    if ctx.input.get("transient"):
+        raise TransientError("bulk item not ready yet")
+    if ctx.input.get("fail"):
+        raise PermanentError("bulk item refused", code="bulk_refused")
+    time.sleep(float(ctx.input.get("seconds", 0.02)))
+    return None
+
+
+critical_work = Pipeline("t_critical", queue="critical", failure_policy=FailurePolicy.PARK)
+
+
+@critical_work.step
+def critical_item(ctx):
+    return None

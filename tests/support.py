@@ -66,7 +66,7 @@ def manage(*args: str) -> list[str]:
 
 
 class WorkerPool(chaos_processes.WorkerPool):
-    """Real ``manage.py rqworker --with-scheduler`` processes; optionally replaces dead ones."""
+    """Real ``manage.py rqworker --with-scheduler critical default bulk`` processes; optionally replaces dead ones."""
 
     def __init__(self, count: int, env: dict[str, str], *, replace_dead: bool = False) -> None:
         super().__init__(count, env, LOG_DIR, replace_dead=replace_dead, unique_logs=True)

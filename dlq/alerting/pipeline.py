@@ -1,6 +1,7 @@
 """The ``alert_notify`` pipeline: delivers one alert event to one channel on the engine.
 
-Always registered (imported by ``DlqConfig.ready``). The engine gives it
+Always registered (imported by ``DlqConfig.ready``), on the ``critical`` queue:
+an alert about a backlog must not wait behind it. The engine gives it
 retries with backoff, an idempotency key stable across retries, and a DLQ
 item when a channel keeps failing.
 """
@@ -18,6 +19,7 @@ from dlq.alerting.notifications import (
 from tasks import registry
 from tasks.exceptions import PermanentError
 from tasks.pipelines import FailurePolicy, Pipeline
+from tasks.queues import CRITICAL_QUEUE
 from tasks.retry import RetryPolicy
 
 
@@ -29,6 +31,7 @@ def _build() -> Pipeline:
         failure_policy=FailurePolicy.COMPENSATE,
         default_step_timeout=30,
         register=False,
+        queue=CRITICAL_QUEUE,
     )
 
     @pipeline.step(effects=("notification",))

@@ -160,7 +160,7 @@ def test_a_task_delivered_twice_at_once_runs_its_steps_once(platform, start_work
     platform.set_faults(rules=[{"path_prefix": "/v1/quota/charges", "user_id": "erin", "slow": 0.5, "times": 1}])
     task = task_submit(pipeline="report", input={"user_id": "erin", "topic": "dup"})
     # A second job for the same task, under another job id: two deliveries race.
-    deliver_now(task.pk, 99)
+    deliver_now(task.pk, 99, pipeline=task.pipeline)
     pool = start_workers(2)
     task = wait_terminal(task, pool=pool)
     assert task.state == "succeeded", pool.logs()

@@ -292,6 +292,25 @@ def test_queue_lengths_and_live_workers_come_from_redis(admin_client, clean_redi
     assert 'id="ops-redis-unavailable"' not in body and 'class="ops-unavailable"' not in body
 
 
+def test_each_queue_shows_its_depth_and_oldest_job(admin_client, clean_redis):
+    task_submit(pipeline="t_bulk", input={})
+    task_submit(pipeline="t_bulk", input={})
+    task_submit(pipeline="t_critical", input={})
+
+    response = admin_client.get(URL)
+
+    figures = response.context["dashboard"].queue
+    depths = [(backlog.name, backlog.depth) for backlog in figures.queues]
+    assert depths == [("critical", 1), ("default", 0), ("bulk", 2)]
+    assert figures.queued == 3
+    bulk = figures.queues[2]
+    assert bulk.oldest_enqueued_at is not None and figures.queues[1].oldest_enqueued_at is None
+    body = response.content.decode()
+    row = body.split('id="ops-queue-bulk">')[1].split("</tr>")[0]
+    assert '<td class="ops-number ops-queue-depth">2</td>' in row and " old</td>" in row
+    assert '<td class="ops-queue-oldest">-</td>' in body.split('id="ops-queue-default">')[1].split("</tr>")[0]
+
+
 def test_the_sweeper_warning_shows_when_it_never_ran_or_is_late(admin_client, clean_redis, settings):
     settings.RELIABILITY_SWEEP_INTERVAL_SECONDS = 5
     body = admin_client.get(URL).content.decode()

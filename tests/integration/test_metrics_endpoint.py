@@ -99,8 +99,19 @@ def test_state_figures_match_the_database(client, settings, clean_redis):
     assert by("reliability_sweeper_runs_total")[()] == 1
     assert 0 <= by("reliability_sweeper_seconds_since_last_run")[()] < 60
     assert by("reliability_redis_up")[()] == 1
-    # Every submission enqueued a job and no worker consumed them (the tasks above ran in-process).
-    assert by("reliability_queue_jobs", "status")[("queued",)] == 4
+    # Every submission enqueued a job on its pipeline's queue and no worker consumed them (the tasks above ran
+    # in-process): the alert's notification on critical, the t_local tasks on default.
+    jobs = by("reliability_queue_jobs", "queue", "status")
+    assert {queue: n for (queue, status), n in jobs.items() if status == "queued"} == {
+        "critical": 1,
+        "default": 3,
+        "bulk": 0,
+    }
+    assert by("reliability_queue_depth", "queue") == {("critical",): 1, ("default",): 3, ("bulk",): 0}
+    oldest = by("reliability_queue_oldest_job_age_seconds", "queue")
+    # The default queue's head (the first submission) has waited longest; an empty queue's age is 0.
+    assert oldest[("bulk",)] == 0 and 0 <= oldest[("critical",)] <= oldest[("default",)] < 60
+    assert oldest[("default",)] > 0
     assert by("reliability_workers")[()] == 0
     assert by("reliability_alert_rule_firing", "rule")[("any",)] == 1
     assert by("reliability_alert_channel_consecutive_failures", "channel")[("hook",)] == 3

@@ -13,6 +13,7 @@ from django.db import DatabaseError, connection, transaction
 
 from dlq.actions import ActionDenied, ActionRefused, ReasonRequired, dlq_item_act
 from dlq.bulk import (
+    RUN_BULK_ENTRY_POINT,
     BulkRefused,
     bulk_operation_approve,
     bulk_operation_control,
@@ -22,6 +23,7 @@ from dlq.bulk import (
 from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem, DLQStatus
 from dlq.roles import roles_setup
 from tasks.context import effect_key
+from tasks.delivery import get_queue, job_id
 from tasks.models import EffectStatus, SideEffect, Task
 from tasks.runner import task_run
 from tasks.services import task_submit
@@ -295,6 +297,27 @@ def test_bulk_proceeds_at_its_rate_limit(users, settings):
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(stamps)]
     assert len(stamps) == 12 and min(gaps) >= 0.09
     assert all(DLQItem.objects.get(pk=i.pk).status == DLQStatus.RESOLVED for i in items)
+
+
+def test_a_bulk_retry_puts_each_task_back_on_its_pipelines_queue_and_runs_on_default(users, settings):
+    settings.RELIABILITY_BULK_RATE_PER_SECOND = 1000
+    failed = []
+    for _ in range(3):
+        task = task_submit(pipeline="t_bulk", input={"fail": True})
+        task_run(task_id=str(task.pk), worker="w1")
+        failed.append(DLQItem.objects.get(task=task))
+    get_queue("bulk").empty()  # the submissions' jobs (the tasks above ran in this process)
+    operation = bulk_operation_request(
+        actor=fresh(users["supervisor"]), action="retry", item_ids=[i.pk for i in failed], filter_query="", reason="r"
+    )
+    # The operation's own job waits on default, not behind a bulk backlog.
+    assert [job.func_name for job in get_queue("default").jobs] == [RUN_BULK_ENTRY_POINT]
+
+    assert run_until_stopped(operation.pk) == BulkStatus.COMPLETED
+
+    retried = Task.objects.filter(pk__in=[i.task_id for i in failed])
+    assert sorted(get_queue("bulk").get_job_ids()) == sorted(job_id(t.pk, t.fencing_token) for t in retried)
+    assert get_queue("critical").get_job_ids() == []
 
 
 def test_bulk_can_be_paused_resumed_and_cancelled(users, settings):
