@@ -19,8 +19,8 @@ from django.utils import timezone
 
 from tasks.classify import Classification, classify
 from tasks.context import StepContext
-from tasks.exceptions import LeaseLost, StepTimeout
-from tasks.models import AttemptOutcome, StepAttempt, Task
+from tasks.exceptions import LeaseLost, StepCancelled, StepTimeout
+from tasks.models import AttemptKind, AttemptOutcome, StepAttempt, Task
 from tasks.redaction import task_redactor
 from tasks.timeouts import time_limit
 
@@ -88,6 +88,8 @@ def attempt_outcome(error: Classification) -> str:
     """The outcome an attempt that failed with ``error`` is recorded with."""
     if error.code in TIMEOUT_CODES:
         return AttemptOutcome.TIMEOUT
+    if error.code == StepCancelled.code and not error.transient:
+        return AttemptOutcome.CANCELLED
     return AttemptOutcome.TRANSIENT_ERROR if error.transient else AttemptOutcome.PERMANENT_ERROR
 
 
@@ -104,7 +106,9 @@ def attempt_run(
     """Run ``function(ctx)`` within ``timeout`` seconds and return what it returned or how it failed.
 
     Whatever it raises is classified (transient or permanent, with a code),
-    except a lost lease or a database outage, which propagate.
+    except a lost lease or a database outage, which propagate. A step (not a
+    compensation or the notice) is interrupted when its task is cancelled
+    (``tasks.interrupts``): the outcome ``cancelled``.
     """
     started_at = timezone.now()
 
@@ -123,11 +127,11 @@ def attempt_run(
         )
 
     try:
-        with time_limit(timeout, f"{kind} {ctx.step!r}"):
+        with time_limit(timeout, f"{kind} {ctx.step!r}", task_id=ctx.task_id if kind == AttemptKind.STEP else None):
             value = function(ctx)
     except NOT_AN_ATTEMPT_FAILURE:
         raise
-    except (Exception, StepTimeout) as exc:
+    except (Exception, StepTimeout, StepCancelled) as exc:
         error = classify(exc, transient_errors)
         return AttemptResult(record(attempt_outcome(error), error, traceback.format_exc(limit=TRACEBACK_FRAMES)))
     return AttemptResult(record(AttemptOutcome.SUCCEEDED), value)

@@ -40,7 +40,13 @@ CALLBACK_SCOPE = "callback"
 # Browsers and proxies handle about this much; a longer URL is a mistake or an attack.
 MAX_CALLBACK_URL_LENGTH = 2048
 CALLBACK_STATES = frozenset(
-    {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.COMPENSATED, TaskState.COMPENSATION_FAILED}
+    {
+        TaskState.SUCCEEDED,
+        TaskState.FAILED,
+        TaskState.COMPENSATED,
+        TaskState.COMPENSATION_FAILED,
+        TaskState.CANCELLED,
+    }
 )
 DEFAULT_PORTS = {"http": 80, "https": 443}
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import requests
 
-from tasks.exceptions import PermanentError, StepTimeout, TransientError
+from tasks.exceptions import PermanentError, StepCancelled, StepTimeout, TransientError
 from tasks.http_errors import retry_after_seconds, status_effect_uncertain, status_is_transient
 
 # Exceptions of the network layer: the request may or may not have reached the
@@ -38,6 +38,9 @@ def classify(exc: BaseException, extra_transient: tuple[type[BaseException], ...
     message = str(exc)[:2000] or type(exc).__name__
     if isinstance(exc, StepTimeout):
         return Classification(True, StepTimeout.code, message, error_class, effect_uncertain=True)
+    if isinstance(exc, StepCancelled):
+        # Not retried (the task is cancelled); it was stopped mid-wait, so it may have acted.
+        return Classification(False, StepCancelled.code, message, error_class, effect_uncertain=True)
     if isinstance(exc, TransientError):
         return Classification(True, exc.code, message, error_class, exc.retry_after, exc.effect_uncertain)
     if isinstance(exc, PermanentError):

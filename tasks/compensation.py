@@ -65,7 +65,9 @@ def run_compensation(claim: Claim) -> None:
         )
         if error:
             errors.append(f"compensation of {step.name!r} failed: {error}")
-    if pipeline.on_failure is not None and (AttemptKind.FAILURE_NOTICE, FAILURE_NOTICE_STEP_NAME) not in done:
+    # A cancelled task was stopped on purpose: its undo runs, but the failure notice is for failures.
+    notice = pipeline.on_failure is not None and not task.is_cancelled
+    if notice and (AttemptKind.FAILURE_NOTICE, FAILURE_NOTICE_STEP_NAME) not in done:
         error = _attempt_with_retries(
             claim,
             pipeline,
@@ -190,7 +192,7 @@ def compensation_targets(task: Task) -> list[CompensationTarget]:
 
 
 def uncertain_steps(task: Task) -> set[tuple[str, int]]:
-    """(name, index) of steps whose last attempt may have acted on the far side (timeout, crash, 5xx)."""
+    """(name, index) of steps whose last attempt may have acted on the far side (timeout, crash, 5xx, cancel)."""
     current = task.step_name_at(task.current_step)
     return set(
         SideEffect.objects.filter(
@@ -201,7 +203,7 @@ def uncertain_steps(task: Task) -> set[tuple[str, int]]:
             task_id=task.pk,
             generation=task.generation,
             kind=AttemptKind.STEP,
-            outcome__in=[AttemptOutcome.TIMEOUT, AttemptOutcome.CRASHED],
+            outcome__in=[AttemptOutcome.TIMEOUT, AttemptOutcome.CRASHED, AttemptOutcome.CANCELLED],
             step_index=task.current_step,
             **({"step_name": current} if current else {}),
         ).values_list("step_name", "step_index")

@@ -137,6 +137,41 @@ def deliver_now(task_id, fencing_token: int, *, pipeline: str) -> bool:
     )
 
 
+# Jobs enqueued per Redis round trip by deliver_many.
+DELIVER_MANY_CHUNK = 500
+
+
+def deliver_many(deliveries: Sequence[tuple[Any, int]], *, pipeline: str) -> bool:
+    """Enqueue runs of many (task id, fencing token) of one ``pipeline`` on its queue, a chunk per round trip.
+
+    False (and logged) when Redis is unavailable: the tasks are QUEUED and
+    the sweeper delivers them after its grace period.
+    """
+    queue_name = queue_for_pipeline(pipeline)
+
+    def enqueue(queue) -> None:
+        for start in range(0, len(deliveries), DELIVER_MANY_CHUNK):
+            chunk = deliveries[start : start + DELIVER_MANY_CHUNK]
+            queue.enqueue_many(
+                [
+                    queue.prepare_data(RUN_TASK_ENTRY_POINT, args=(str(task_id),), **_job_options(task_id, token))
+                    for task_id, token in chunk
+                ]
+            )
+
+    if not deliveries:
+        return True
+    try:
+        enqueue(get_queue(queue_name))
+    except RedisError as exc:
+        logger.warning(
+            "delivery postponed: Redis unavailable",
+            extra={"event": "delivery_failed", "count": len(deliveries), "error": type(exc).__name__},
+        )
+        return False
+    return True
+
+
 def deliver_at(task_id, fencing_token: int, when: datetime, *, pipeline: str) -> bool:
     """Schedule a run (a due retry) in RQ's scheduler, for its ``pipeline``'s queue; the sweeper is the fallback."""
     # RQ's scheduler keeps whole seconds and would truncate: round up so a

@@ -72,6 +72,17 @@ class StepTimeout(BaseException):
     code = "step_timeout"
 
 
+class StepCancelled(BaseException):
+    """Raised inside a step that was waiting when its task was cancelled (``tasks.interrupts``).
+
+    Like ``StepTimeout``, a ``BaseException``: a step's ``except Exception``
+    cannot swallow it. The step may have acted before it stopped, so its
+    effect is uncertain and compensation covers it.
+    """
+
+    code = "cancelled"
+
+
 class LeaseLost(ReliabilityError):
     """This worker no longer holds the task's lease; it must stop without writing."""
 
@@ -106,6 +117,22 @@ class IdempotencyKeyInUse(ReliabilityError):
     """A request with this idempotency key is still being processed."""
 
     code = "idempotency_key_in_use"
+
+
+class TaskNotCancellable(ReliabilityError):
+    """The task has finished (or is undoing a failure): there is nothing left to cancel."""
+
+    code = "task_not_cancellable"
+
+    def __init__(self, message: str, *, state: str) -> None:
+        super().__init__(message, details={"state": state})
+        self.state = state
+
+
+class PipelineControlRefused(ReliabilityError):
+    """A pause, resume or limit change that cannot be made as asked (unknown pipeline, a bad limit)."""
+
+    code = "pipeline_control_refused"
 
 
 class TaskNotActionable(ReliabilityError):

@@ -48,7 +48,7 @@ from django.db.models.sql import UpdateQuery
 from django_fsm import ConcurrentTransition
 
 from tasks.exceptions import LeaseLost
-from tasks.models import Task
+from tasks.models import PipelineControl, Task
 
 logger = logging.getLogger(__name__)
 
@@ -61,20 +61,36 @@ def one_statement() -> bool:
     return connection.vendor in ONE_STATEMENT_VENDORS
 
 
+@dataclass(frozen=True)
+class BoundarySignals:
+    """What a step's write found on its way: a cancel of the task, a pause of its pipeline (``tasks.runner``)."""
+
+    cancel_requested: bool = False
+    paused: bool = False
+
+
+NO_SIGNALS = BoundarySignals()
+
+
 def task_save_fenced(
     task: Task,
     fields: Sequence[str],
     *,
     rows: Sequence[models.Model] = (),
     rows_ignoring_conflicts: Sequence[models.Model] = (),
+    signals: bool = False,
 ) -> None:
     """Save ``fields`` of ``task`` and insert ``rows``, all or nothing; ``LeaseLost`` when the guard fails.
 
     ``rows_ignoring_conflicts`` skip rows that would violate a unique
-    constraint (the ledger: a key recorded once stays recorded).
+    constraint (the ledger: a key recorded once stays recorded). With
+    ``signals``, ``task.boundary`` is set to the ``BoundarySignals`` the row
+    and its pipeline's control row had at the write, in the same round trip.
     """
     if not one_statement():
         _save_with_orm(task, fields, rows, rows_ignoring_conflicts)
+        if signals:
+            task.boundary = _signals_read(task)
         return
     db = connections[DEFAULT_DB_ALIAS]  # the thread's connection itself: no proxy lookup per value
     state, token = task.fencing_guard()
@@ -96,6 +112,7 @@ def task_save_fenced(
         token is not None,
         tuple((model, len(group)) for model, group in groups),
         tuple((model, len(group)) for model, group in kept_groups),
+        signals,
     )
     params = [*values, task.pk, state]
     if token is not None:
@@ -107,10 +124,20 @@ def task_save_fenced(
     written = _execute(db, statement, params)
     if written is None:
         raise LeaseLost(f"task {task.pk}: a newer lease holder or state exists")
+    returned = written[1:]
+    if signals:
+        *returned, cancel_requested, paused = returned
+        task.boundary = BoundarySignals(bool(cancel_requested), bool(paused))
     # The database's values of expressions (the lease's expiry) replace them, as a reload would.
-    for field, value in zip(statement.returned, written[1:], strict=True):
+    for field, value in zip(statement.returned, returned, strict=True):
         setattr(task, field.attname, value)
     task.mark_saved()
+
+
+def _signals_read(task: Task) -> BoundarySignals:
+    cancel_requested = Task.objects.filter(pk=task.pk, cancel_requested_at__isnull=False).exists()
+    paused = PipelineControl.objects.filter(pipeline=task.pipeline, paused=True).exists()
+    return BoundarySignals(cancel_requested, paused)
 
 
 def task_save_guarded(task: Task, fields: Sequence[str]) -> None:
@@ -141,7 +168,7 @@ class _Statement:
 
 # One statement text per shape of write (fields, literal expressions, row counts): a handful per process.
 @functools.lru_cache(maxsize=256)
-def _statement(fields, expressions, fenced: bool, row_shape, kept_shape) -> _Statement:
+def _statement(fields, expressions, fenced: bool, row_shape, kept_shape, signals: bool = False) -> _Statement:
     def param(cast: str = "") -> str:
         return f"CAST({_PARAMETER} AS {cast})" if cast else _PARAMETER
 
@@ -164,7 +191,17 @@ def _statement(fields, expressions, fenced: bool, row_shape, kept_shape) -> _Sta
     # walk every running task (and its dead versions) on each step.
     where += f" AND ({guard}) IS TRUE"
     returning = ", ".join([_q(Task._meta.pk.column)] + [_q(field.column) for field in returned])
-    parts = [f"fenced AS (UPDATE {_q(table)} SET {', '.join(sets)} WHERE {where} RETURNING {returning})"]
+    returning_fenced = returning
+    if signals:
+        # Read in the same statement, so a step boundary costs no round trip to learn them.
+        cancel = f"{_q(Task._meta.get_field('cancel_requested_at').column)} IS NOT NULL"
+        paused = (
+            f"EXISTS (SELECT 1 FROM {_q(PipelineControl._meta.db_table)} rc_control "
+            f"WHERE rc_control.{_q('pipeline')} = {_q(table)}.{_q('pipeline')} AND rc_control.{_q('paused')})"
+        )
+        returning_fenced += f", {cancel} AS rc_cancel, {paused} AS rc_paused"
+        returning += ", rc_cancel, rc_paused"
+    parts = [f"fenced AS (UPDATE {_q(table)} SET {', '.join(sets)} WHERE {where} RETURNING {returning_fenced})"]
     for prefix, shape, conflict in (("row", row_shape, ""), ("kept", kept_shape, " ON CONFLICT DO NOTHING")):
         for model, count in shape:
             fields_of_row = [field for field, _ in _insert_fields(model)]

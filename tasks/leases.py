@@ -15,15 +15,19 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models.functions import Now
+from django.utils import timezone
 
+from tasks import interrupts, limits
 from tasks.exceptions import LeaseLost
 from tasks.fenced_writes import one_statement, task_save_fenced
-from tasks.models import LEASED_STATES, Checkpoint, Task, TaskState, lease_expiry
+from tasks.limits_policy import OPEN_GATE, ControlValues, Gate
+from tasks.models import LEASED_STATES, Checkpoint, PipelineControl, Task, TaskHold, TaskState, lease_expiry
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +41,8 @@ class Claim:
     outputs: dict[str, Any] = field(default_factory=dict)
     # The completed steps' names in the order they ran (their checkpoints' step index).
     completed: list[str] = field(default_factory=list)
+    # What held the pipeline back when the task was claimed (tasks.limits): checked again at each step start.
+    gate: Gate = OPEN_GATE
 
     @property
     def token(self) -> int:
@@ -78,6 +84,7 @@ MAX_EARLY_WAIT_SECONDS = 5.0
 CLAIM_FIELDS = [
     "state",
     "retry_at",
+    "hold",
     "fencing_token",
     "lease_owner",
     "lease_expires_at",
@@ -97,21 +104,33 @@ def _claim_once(*, task_id: str, owner: str) -> Claim | None:
     task = _task_for_claim(task_id)
     if task is None:
         return None
+    deadline_passed = task.deadline is not None and task.deadline <= task.db_now
     if task.state == TaskState.RETRY_SCHEDULED:
-        deadline_passed = task.deadline is not None and task.deadline <= task.db_now
-        if task.retry_at is not None and task.retry_at > task.db_now and not deadline_passed:
+        if task.retry_at is not None and task.retry_at > task.db_now and not deadline_passed and not task.is_cancelled:
             raise _TooEarly((task.retry_at - task.db_now).total_seconds())
         task.make_due()
+    gate = OPEN_GATE
     if task.state == TaskState.QUEUED:
-        task.claim(owner=owner, lease_seconds=lease_seconds())
+        gate = limits.gate_of(pipeline=task.pipeline, control=task.control_read)
+        # A task past its deadline or cancelled goes through whatever holds its pipeline:
+        # the runner fails or cancels it at once, without running a step.
+        if gate.paused and not deadline_passed and not task.is_cancelled:
+            task_hold(task, TaskHold.PAUSED, gate)
+            return None
+        if gate.limited and not deadline_passed and not task.is_cancelled:
+            if not _claim_within_limits(task, owner, gate):
+                return None
+        else:
+            task.claim(owner=owner, lease_seconds=lease_seconds())
+            if not _claim_save(task):
+                return None
     elif task.state == TaskState.COMPENSATING and not task.lease_owner:
         task.claim_compensation(owner=owner, lease_seconds=lease_seconds())
+        if not _claim_save(task):
+            return None
     else:
         return None
-    try:
-        task_save_fenced(task, CLAIM_FIELDS)
-    except LeaseLost:
-        return None
+    task.run_gate = gate
     checkpoints = task.checkpoints_read
     if checkpoints is None:
         checkpoints = Checkpoint.objects.filter(task_id=task.pk).values_list("step_index", "step_name", "output")
@@ -132,7 +151,59 @@ def _claim_once(*, task_id: str, owner: str) -> Claim | None:
         owner=owner,
         outputs={name: output for _, name, output in checkpoints},
         completed=[name for _, name, _ in checkpoints],
+        gate=gate,
     )
+
+
+def _claim_save(task: Task) -> bool:
+    try:
+        task_save_fenced(task, CLAIM_FIELDS)
+    except LeaseLost:
+        return False
+    return True
+
+
+def _claim_within_limits(task: Task, owner: str, gate: Gate) -> bool:
+    """Claim ``task`` if a concurrency slot and a rate permit are free (one transaction); else hold it."""
+    hold, wait = "", None
+    with transaction.atomic():
+        if gate.max_concurrency is not None and not limits.concurrency_slot_take(
+            pipeline=task.pipeline, limit=gate.max_concurrency, task_id=task.pk, fencing_token=task.fencing_token + 1
+        ):
+            hold = TaskHold.CONCURRENCY
+        elif gate.rate is not None:
+            wait = limits.rate_permit_take(pipeline=task.pipeline, rate=gate.rate)
+            if wait is not None:
+                hold = TaskHold.RATE
+        if hold:
+            transaction.set_rollback(True)  # the slot taken before a refused permit goes back
+        else:
+            task.claim(owner=owner, lease_seconds=lease_seconds())
+            if not _claim_save(task):
+                transaction.set_rollback(True)
+                return False
+    if hold:
+        task_hold(task, hold, gate, wait=wait)
+        return False
+    return True
+
+
+def task_hold(task: Task, hold: str, gate: Gate, *, wait: float | None = None) -> bool:
+    """Hold ``task`` (QUEUED, or RUNNING at a step boundary) for ``hold``; False when someone else moved it first.
+
+    A rate hold is given its start time in line (``limits.rate_hold_seconds``).
+    """
+    from tasks.outcomes import task_held  # outcomes needs this module's Claim
+
+    until = None
+    if hold == TaskHold.RATE and gate.rate is not None:
+        seconds = limits.rate_hold_seconds(pipeline=task.pipeline, rate=gate.rate, wait=wait or 0.0)
+        until = timezone.now() + timedelta(seconds=seconds)
+    try:
+        task_held(task=task, hold=hold, until=until)
+    except LeaseLost:
+        return False  # another delivery claimed or held it first, or a canceller moved it
+    return True
 
 
 def _task_for_claim(task_id: str) -> Task | None:
@@ -144,6 +215,7 @@ def _task_for_claim(task_id: str) -> Task | None:
         task = Task.objects.filter(pk=task_id).annotate(db_now=Now()).order_by().first()
         if task is not None:
             task.checkpoints_read = None
+            task.control_read = limits.control_values(task.pipeline)
         return task
     # SQL built once per process instead of a queryset compiled for each delivery.
     columns, converters, sql = _claim_read()
@@ -156,16 +228,22 @@ def _task_for_claim(task_id: str) -> Task | None:
     for index, column, convert in converters:
         values[index] = convert(values[index], column, connection)
     task = Task.from_db(connection.alias, columns, values)
-    task.db_now, triples = row[len(columns) :]
+    task.db_now, triples, control = row[len(columns) :]
     if isinstance(triples, str):
         triples = json.loads(triples)
+    if isinstance(control, str):
+        control = json.loads(control)
     task.checkpoints_read = [tuple(checkpoint) for checkpoint in triples or ()]
+    task.control_read = ControlValues.from_row(control)
     return task
 
 
 @functools.cache
 def _claim_read() -> tuple[list[str], list, str]:
-    """Task columns, their from-database converters and the query: the row, the database's clock, the checkpoints."""
+    """Task columns, their from-database converters and the query: the row, the database's clock, the checkpoints.
+
+    And the pipeline's control row (pause and overridden limits, ``tasks.limits``), in the same round trip.
+    """
     fields = Task._meta.concrete_fields
     converters = []
     for index, task_field in enumerate(fields):
@@ -174,23 +252,44 @@ def _claim_read() -> tuple[list[str], list, str]:
             converters.append((index, column, convert))
     q = connection.ops.quote_name
     task_table, checkpoints = q(Task._meta.db_table), q(Checkpoint._meta.db_table)
+    controls = q(PipelineControl._meta.db_table)
+    control_columns = ", ".join(f"pc.{q(column)}" for column in limits.CONTROL_COLUMNS)
     sql = (
         f"SELECT {', '.join(f'{task_table}.{q(task_field.column)}' for task_field in fields)}, STATEMENT_TIMESTAMP(), "
         f"(SELECT jsonb_agg(jsonb_build_array(c.{q('step_index')}, c.{q('step_name')}, c.{q('output')})) "
         f"FROM {checkpoints} c "
-        f"WHERE c.{q('task_id')} = {task_table}.{q(Task._meta.pk.column)}) "
+        f"WHERE c.{q('task_id')} = {task_table}.{q(Task._meta.pk.column)}), "
+        f"(SELECT jsonb_build_array({control_columns}) FROM {controls} pc "
+        f"WHERE pc.{q('pipeline')} = {task_table}.{q('pipeline')}) "
         f"FROM {task_table} WHERE {task_table}.{q(Task._meta.pk.column)} = %s"
     )
     return [task_field.attname for task_field in fields], converters, sql
 
 
-def lease_extend(*, task_id, fencing_token: int) -> None:
-    """Push the lease forward, or raise ``LeaseLost`` when the token no longer holds it."""
-    extended = Task.objects.filter(pk=task_id, fencing_token=fencing_token, state__in=LEASED_STATES).update(
-        lease_expires_at=lease_expiry(lease_seconds())
-    )
+def lease_extend(*, task_id, fencing_token: int) -> bool:
+    """Push the lease forward, or raise ``LeaseLost`` when the token no longer holds it.
+
+    Returns whether a cancel of the task was requested (the heartbeat stops a waiting step on it).
+    """
+    leased = Task.objects.filter(pk=task_id, fencing_token=fencing_token, state__in=LEASED_STATES)
+    if one_statement():
+        q = connection.ops.quote_name
+        table = q(Task._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET {q('lease_expires_at')} = STATEMENT_TIMESTAMP() + make_interval(secs => %s) "
+                f"WHERE {q('id')} = %s AND {q('fencing_token')} = %s AND {q('state')} IN %s "
+                f"RETURNING {q('cancel_requested_at')} IS NOT NULL",
+                [lease_seconds(), task_id, fencing_token, tuple(LEASED_STATES)],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            raise LeaseLost(f"task {task_id}: lease with token {fencing_token} was taken over")
+        return bool(row[0])
+    extended = leased.update(lease_expires_at=lease_expiry(lease_seconds()))
     if not extended:
         raise LeaseLost(f"task {task_id}: lease with token {fencing_token} was taken over")
+    return Task.objects.filter(pk=task_id, cancel_requested_at__isnull=False).exists()
 
 
 class Heartbeat:
@@ -218,9 +317,10 @@ class Heartbeat:
         _keeper.remove(self)
 
     def beat(self) -> bool:
-        """Extend the lease once; False when it was lost (no further beats)."""
+        """Extend the lease once; False when it was lost (no further beats). A cancel seen stops a waiting step."""
         try:
-            lease_extend(task_id=self.task_id, fencing_token=self.fencing_token)
+            if lease_extend(task_id=self.task_id, fencing_token=self.fencing_token):
+                interrupts.cancel_attempt(self.task_id)
         except LeaseLost:
             self.lost.set()
             logger.warning(

@@ -73,6 +73,12 @@ DLQ_ITEMS_RESOLVED = Counter(
     ["pipeline", "resolution"],
 )
 
+TASK_HOLDS = Counter(
+    "reliability_task_holds",
+    "Times a task was held back instead of starting a step (pipeline paused, concurrency or rate limit).",
+    ["pipeline", "hold"],
+)
+
 TASKS_PURGED = Counter("reliability_tasks_purged", "Finished tasks deleted by the retention purge.")
 ROWS_PURGED = Counter(
     "reliability_purged_rows", "Rows deleted by the retention purge (tasks and what they own), by table.", ["table"]
@@ -123,6 +129,10 @@ def task_finished(*, pipeline: str, state: str, created_at, finished_at) -> None
             TASK_DURATION.labels(pipeline, state).observe(duration)
 
     on_commit(record)
+
+
+def task_held(*, pipeline: str, hold: str) -> None:
+    on_commit(lambda: TASK_HOLDS.labels(pipeline, hold).inc())
 
 
 def lease_expired(*, pipeline: str) -> None:

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from tasks import metrics, registry
+from tasks import limits, metrics, registry
 from tasks.attempts import AttemptRecord
 from tasks.callbacks import callback_submit
 from tasks.classify import Classification
@@ -69,10 +69,35 @@ TASK_FAIL_FIELDS = [
 TASK_REQUEUE_FIELDS = ["state", "fencing_token", "crash_count", "lease_owner", "lease_expires_at", "updated_at"]
 TASK_STEPS_FIELDS = ["step_names", "total_steps"]
 TASK_COMPENSATED_FIELDS = ["state", "lease_owner", "lease_expires_at", "finished_at", "updated_at"]
+TASK_HOLD_FIELDS = [
+    "state",
+    "hold",
+    "retry_at",
+    "lease_owner",
+    "lease_expires_at",
+    "step_attempt",
+    "total_attempts",
+    "updated_at",
+]
+TASK_CANCEL_FIELDS = [
+    "state",
+    "failure_reason",
+    "failure_code",
+    "failure_message",
+    "retry_at",
+    "hold",
+    "finished_at",
+    "lease_owner",
+    "lease_expires_at",
+    "step_attempt",
+    "total_attempts",
+    "updated_at",
+]
 # Error codes the engine itself records (a step's own errors carry the step's codes).
 LEASE_EXPIRED_CODE = "lease_expired"
 CRASH_LOOP_CODE = FailureReason.CRASH_LOOP.value
 COMPENSATION_FAILED_CODE = FailureReason.COMPENSATION_FAILED.value
+CANCELLED_CODE = FailureReason.CANCELLED.value
 
 
 class LeaseExpiry(enum.StrEnum):
@@ -117,7 +142,10 @@ def step_succeeded(
         _save_step(task, TASK_FINISH_FIELDS, record, output, used_keys, has_compensation)
     else:
         task.advance()
-        _save_step(task, TASK_PROGRESS_FIELDS, record, output, used_keys, has_compensation)
+        # The write also says whether a cancel or a pause came in: read at the step boundary (tasks.runner).
+        _save_step(task, TASK_PROGRESS_FIELDS, record, output, used_keys, has_compensation, signals=True)
+    if is_last:
+        _run_ended(task)
     claim.outputs[record.step_name] = output
     claim.completed.append(record.step_name)
     _attempt_metrics(task, record)
@@ -126,7 +154,14 @@ def step_succeeded(
 
 
 def _save_step(
-    task: Task, fields: list[str], record: AttemptRecord, output: Any, used_keys: dict[str, str], has_compensation: bool
+    task: Task,
+    fields: list[str],
+    record: AttemptRecord,
+    output: Any,
+    used_keys: dict[str, str],
+    has_compensation: bool,
+    *,
+    signals: bool = False,
 ) -> None:
     # The checkpoint and attempt rows belong to the step that just ran.
     checkpoint = Checkpoint(
@@ -141,6 +176,7 @@ def _save_step(
         fields,
         rows=[checkpoint, record.row(task)],
         rows_ignoring_conflicts=_ledger_rows(task, record.step_index, record.step_name, used_keys, EffectStatus.DONE),
+        signals=signals,
     )
 
 
@@ -164,6 +200,7 @@ def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datet
         task_save_guarded(task, TASK_RETRY_FIELDS)
         StepAttempt.objects.bulk_create([record.row(task)])
         deliver_on_commit(task.pk, token, when=retry_at, pipeline=task.pipeline)
+        _run_ended(task)
         _attempt_metrics(task, record, retried=True)
     logger.info(
         "retry scheduled",
@@ -196,6 +233,7 @@ def task_failed(
     under the same lease; otherwise the compensation is delivered through RQ.
     """
     error = dataclasses.replace(error, message=task_redactor(task).text(error.message))
+    was_running = task.state == TaskState.RUNNING
     with transaction.atomic():
         token = task.fencing_token
         task.fail(reason=reason, code=error.code, message=error.message, step=step_name)
@@ -216,6 +254,8 @@ def task_failed(
         if task.state == TaskState.FAILED:
             callback_submit(task=task)
             _finished_metrics(task)
+        if was_running:
+            _run_ended(task)
     logger.error(
         "task failed",
         extra={
@@ -260,6 +300,7 @@ def lease_expired(*, task: Task) -> LeaseExpiry:
     if task.crash_count + 1 < settings.RELIABILITY_MAX_CRASHES:
         if running:
             task.requeue_after_lease_expiry()
+            _run_ended(task)
         else:
             task.release_after_lease_expiry()
         task_save_guarded(task, TASK_REQUEUE_FIELDS)
@@ -309,7 +350,18 @@ def compensation_finished(*, task: Task, errors: list[str], code: str = COMPENSA
             message = task_redactor(task).text("; ".join(errors))
             task.fail_compensation(code=code, message=message)
             task_save_guarded(task, TASK_FAIL_FIELDS)
+            if task.is_cancelled and not task.in_dlq:
+                # A cancel opened no dead letter; the compensation that could not finish does.
+                error = Classification(False, code, message, "")
+                dead_letter_open(task=task, reason=FailureReason.CANCELLED, error=error, step=task.failed_step)
             dead_letter_set_status(task=task, status=DLQStatus.OPEN, compensation_error=message)
+        elif task.is_cancelled:
+            task.finish_cancel()
+            task_save_guarded(task, TASK_COMPENSATED_FIELDS)
+            if task.in_dlq:  # an operator retried the compensation that had failed, or compensated a parked cancel
+                dead_letter_resolve(
+                    task=task, resolution=ResolutionCode.COMPENSATED, note="compensated after the task was cancelled"
+                )
         else:
             task.finish_compensation()
             task_save_guarded(task, TASK_COMPENSATED_FIELDS)
@@ -326,6 +378,151 @@ def compensation_finished(*, task: Task, errors: list[str], code: str = COMPENSA
             "state": task.state,
         },
     )
+
+
+def task_held(*, task: Task, hold: str, until: datetime | None = None) -> None:
+    """Hold ``task`` back: QUEUED without a delivery until it may start (``tasks.limits``), no attempt used.
+
+    From a claim (the task was QUEUED) or at a step boundary (RUNNING: the
+    lease is given back). A rate hold comes back by itself at ``until``;
+    the others are released by whatever frees them, and the hold looks once
+    more after it commits, so a release that ran just before is not missed.
+    """
+    was_running = task.state == TaskState.RUNNING
+    with transaction.atomic():
+        token = task.fencing_token
+        task.hold_back(hold=hold, until=until)
+        task_save_guarded(task, TASK_HOLD_FIELDS)
+        if until is not None:
+            deliver_on_commit(task.pk, token, when=until, pipeline=task.pipeline)
+        else:
+            limits.hold_recheck(task_id=task.pk, pipeline=task.pipeline, hold=hold)
+        if was_running:
+            _run_ended(task)
+        metrics.task_held(pipeline=task.pipeline, hold=hold)
+    logger.info(
+        "task held",
+        extra={
+            "event": "task_held",
+            "task_id": str(task.pk),
+            "pipeline": task.pipeline,
+            "hold": hold,
+            "step": task.current_step,
+            "until": until.isoformat() if until else "",
+        },
+    )
+
+
+def task_cancelled(
+    *,
+    task: Task,
+    policy: FailurePolicy,
+    record: AttemptRecord | None = None,
+    uncertain_keys: dict[str, str] | None = None,
+    keep_lease_for: str | None = None,
+    step_not_started: bool = False,
+) -> None:
+    """Carry out ``task``'s cancel: undo its completed steps, or park it, or just end it.
+
+    QUEUED or RETRY_SCHEDULED (the canceller, holding the row lock) or
+    RUNNING at a step boundary or after its attempt was interrupted
+    (``record``, with the keys it used: their effects are uncertain). With
+    nothing that may need undoing the task ends CANCELLED; otherwise the
+    pipeline's ``on_cancel`` decides: COMPENSATE (COMPENSATING, then
+    CANCELLED or COMPENSATION_FAILED) or PARK (CANCELLED with a dead letter
+    for an operator). ``step_not_started``: the attempt counted for the next
+    step was never made. ``keep_lease_for`` compensates in the same worker.
+    """
+    was_running = task.state == TaskState.RUNNING
+    _cancel_request_read(task)
+    message = task_redactor(task).text(cancel_message(task))
+    step_name = task.step_name_at(task.current_step)
+    with transaction.atomic():
+        token = task.fencing_token
+        undo = _may_need_undo(task, record, uncertain_keys)
+        if undo and policy == FailurePolicy.COMPENSATE:
+            task.cancel_with_compensation(
+                message=message, owner=keep_lease_for or "", lease_seconds=lease_seconds(), at_boundary=step_not_started
+            )
+        else:
+            task.cancel(message=message, at_boundary=step_not_started)
+        task.failed_step = step_name[:100]
+        task_save_guarded(task, [*TASK_CANCEL_FIELDS, "failed_step"])
+        if record is not None:
+            StepAttempt.objects.bulk_create([record.row(task)])
+            _attempt_metrics(task, record)
+        if uncertain_keys:
+            SideEffect.objects.bulk_create(
+                _ledger_rows(
+                    task,
+                    record.step_index if record else task.current_step,
+                    step_name,
+                    uncertain_keys,
+                    EffectStatus.UNCERTAIN,
+                ),
+                ignore_conflicts=True,
+            )
+        if task.state == TaskState.CANCELLED and undo:
+            note = f"{message}. Its completed steps were not compensated: the pipeline parks cancels (on_cancel=PARK)"
+            dead_letter_open(
+                task=task,
+                reason=FailureReason.CANCELLED,
+                error=Classification(False, CANCELLED_CODE, note, ""),
+                step=step_name,
+            )
+        if task.state == TaskState.COMPENSATING and not keep_lease_for:
+            deliver_on_commit(task.pk, token, pipeline=task.pipeline)
+        if task.state == TaskState.CANCELLED:
+            callback_submit(task=task)
+            _finished_metrics(task)
+        if was_running:
+            _run_ended(task)
+    logger.info(
+        "task cancelled",
+        extra={
+            "event": "task_cancelled",
+            "task_id": str(task.pk),
+            "pipeline": task.pipeline,
+            "state": task.state,
+            "step": step_name,
+            "by": task.cancel_requested_by,
+        },
+    )
+
+
+def cancel_message(task: Task) -> str:
+    """What a cancelled task's failure message says: who cancelled it, and why."""
+    who = task.cancel_requested_by or "unknown"
+    return f"cancelled by {who}: {task.cancel_reason}" if task.cancel_reason else f"cancelled by {who}"
+
+
+def _cancel_request_read(task: Task) -> None:
+    # A worker learns of a cancel from a flag (boundary, interrupt); the request itself is on the row.
+    row = (
+        Task.objects.filter(pk=task.pk)
+        .values_list("cancel_requested_at", "cancel_requested_by", "cancel_reason")
+        .first()
+    )
+    if row is not None and row[0] is not None:
+        task.cancel_requested_at, task.cancel_requested_by, task.cancel_reason = row
+
+
+def _may_need_undo(task: Task, record: AttemptRecord | None, uncertain_keys: dict[str, str] | None) -> bool:
+    """Whether anything of the task ran that compensation would look at: a checkpoint, an uncertain step."""
+    from tasks.compensation import compensation_targets  # compensation writes through this module
+
+    if uncertain_keys or (record is not None and record.error is not None and record.error.effect_uncertain):
+        return True
+    return bool(compensation_targets(task))
+
+
+def _run_ended(task: Task) -> None:
+    """A run of ``task`` left RUNNING: with a concurrency limit, a held task may take its slot (after commit)."""
+    gate = getattr(task, "run_gate", None)
+    if gate is None:
+        gate = limits.gate_of(pipeline=task.pipeline)
+    if gate.max_concurrency is not None:
+        limits.slot_freed(pipeline=task.pipeline)
 
 
 def _pipeline_or_none(task: Task):

@@ -27,6 +27,7 @@ from typing import Any
 
 from tasks import registry
 from tasks.exceptions import ConfigurationError, InvalidTaskInput, PermanentError, TransientError
+from tasks.limits_policy import RateLimit, concurrency_check
 from tasks.queues import default_queue, queue_check
 from tasks.retry import DEFAULT_COMPENSATION_RETRY_POLICY, DEFAULT_RETRY_POLICY, RetryPolicy
 
@@ -35,6 +36,7 @@ __all__ = [
     "InvalidTaskInput",
     "PermanentError",
     "Pipeline",
+    "RateLimit",
     "RetryPolicy",
     "Step",
     "TransientError",
@@ -46,10 +48,10 @@ StepFunction = Callable[[Any], Any]
 
 
 class FailurePolicy(enum.StrEnum):
-    """What happens when a task fails for good."""
+    """What happens when a task fails for good (``failure_policy``), or is cancelled (``on_cancel``)."""
 
-    COMPENSATE = "compensate"  # undo completed steps now, then notify
-    PARK = "park"  # leave it FAILED in the DLQ for an operator to decide
+    COMPENSATE = "compensate"  # undo completed steps now (then, on a failure, notify)
+    PARK = "park"  # leave it in the DLQ for an operator to decide (FAILED, or CANCELLED with its steps as they are)
 
 
 @dataclass
@@ -85,6 +87,12 @@ class Pipeline:
     ``queue`` names the RQ queue its tasks run on (``critical``, ``default``
     or ``bulk``, highest priority first; ``None``: ``RELIABILITY_QUEUE``); a
     queue that is not configured is a ``ConfigurationError`` at declaration.
+    ``max_concurrency`` (at most N tasks run a step at once, across every
+    worker) and ``rate_limit`` (``"10/s"``, ``"600/m"``: at most N step
+    starts per window) hold the pipeline back (``tasks.limits``); a
+    supervisor may override both at runtime. ``on_cancel`` is what a cancel
+    does to the completed steps: compensate them (the default) or park the
+    cancelled task in the DLQ with its steps as they are.
     ``validate_input`` (optional) receives the submitted input and returns the
     cleaned input or raises ``InvalidTaskInput``; it runs before anything is
     stored. ``on_failure`` (optional) runs once after compensation, e.g. to
@@ -101,12 +109,19 @@ class Pipeline:
     steps: list[Step] = field(default_factory=list)
     register: bool = True
     queue: str | None = None
+    max_concurrency: int | None = None
+    rate_limit: str | RateLimit | None = None
+    on_cancel: FailurePolicy = FailurePolicy.COMPENSATE
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.match(self.name):
             raise ConfigurationError(f"pipeline name {self.name!r} must match {NAME_PATTERN.pattern}")
         self.failure_policy = FailurePolicy(self.failure_policy)
+        self.on_cancel = FailurePolicy(self.on_cancel)
         self.queue = queue_check(self.queue or default_queue(), pipeline=self.name)
+        self.max_concurrency = concurrency_check(self.max_concurrency, pipeline=self.name)
+        if self.rate_limit is not None and not isinstance(self.rate_limit, RateLimit):
+            self.rate_limit = RateLimit.parse(self.rate_limit, pipeline=self.name)
         if self.register:
             registry.register(self)
 

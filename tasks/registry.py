@@ -52,6 +52,11 @@ def names() -> list[str]:
     return sorted(_PIPELINES)
 
 
+def all_pipelines() -> list[Pipeline]:
+    """Every registered pipeline, by name."""
+    return [_PIPELINES[name] for name in sorted(_PIPELINES)]
+
+
 def load_pipeline_modules() -> None:
     """Import every module of ``RELIABILITY_PIPELINE_MODULES``, registering its pipelines.
 

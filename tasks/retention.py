@@ -52,7 +52,7 @@ from tasks.models import TERMINAL_STATES, DeadLetter, DLQStatus, IdempotencyReco
 
 logger = logging.getLogger(__name__)
 
-# Exactly the predicate of the partial index task_purge_candidates_idx (migration 0010), sorted as written there.
+# Exactly the predicate of the partial index task_purge_candidates_idx (migration 0018), sorted as written there.
 PURGEABLE_STATES = sorted(TERMINAL_STATES)
 TASKS_KIND = "finished_tasks"
 # A sweeper run purges for at most this long (pauses included): the sweep it is part of (expired leases, due

@@ -19,15 +19,22 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from tasks import compensation, registry
+from tasks import compensation, limits, registry
 from tasks.attempts import attempt_run
 from tasks.classify import Classification
 from tasks.context import StepContext
 from tasks.exceptions import LeaseLost, PermanentError, UnknownPipeline
+from tasks.fenced_writes import NO_SIGNALS
 from tasks.json_text import unstorable_json
-from tasks.leases import Claim, Heartbeat, task_claim
-from tasks.models import AttemptKind, FailureReason, TaskState
-from tasks.outcomes import step_retry_scheduled, step_succeeded, task_failed, task_steps_redeclared
+from tasks.leases import Claim, Heartbeat, task_claim, task_hold
+from tasks.models import AttemptKind, AttemptOutcome, FailureReason, TaskHold, TaskState
+from tasks.outcomes import (
+    step_retry_scheduled,
+    step_succeeded,
+    task_cancelled,
+    task_failed,
+    task_steps_redeclared,
+)
 from tasks.pipeline_changes import pipeline_change
 from tasks.pipelines import FailurePolicy, Pipeline
 
@@ -64,10 +71,52 @@ def _run_steps(claim: Claim) -> None:
         error = Classification(False, exc.code, exc.message, f"{UnknownPipeline.__module__}.UnknownPipeline")
         _park(task, FailureReason.PERMANENT_ERROR, error, step_name="")
         return
+    if task.is_cancelled:
+        # Claimed in a race with its cancel (held, or due for a retry, when it came in): stop before any step.
+        _cancel(claim, pipeline, step_not_started=True)
+        return
     if not _follows_declaration(claim, pipeline):
         return
     while task.state == TaskState.RUNNING:
         _run_one_attempt(claim, pipeline)
+        if task.state == TaskState.RUNNING and _stopped_at_boundary(claim, pipeline):
+            return
+
+
+def _stopped_at_boundary(claim: Claim, pipeline: Pipeline) -> bool:
+    """Between two steps: stop for a cancel, wait while the pipeline is paused, or for a rate permit.
+
+    The step's write said whether a cancel or a pause had come in (no round
+    trip); a rate-limited pipeline takes a permit for the next step here.
+    A task that waits gives back the attempt counted for its next step.
+    """
+    task = claim.task
+    signals = getattr(task, "boundary", NO_SIGNALS)
+    if signals.cancel_requested:
+        _cancel(claim, pipeline, step_not_started=True)
+        return True
+    if signals.paused:
+        task_hold(task, TaskHold.PAUSED, claim.gate)
+        return True
+    rate = claim.gate.rate
+    if rate is not None:
+        wait = limits.rate_permit_take(pipeline=task.pipeline, rate=rate)
+        if wait is not None:
+            task_hold(task, TaskHold.RATE, claim.gate, wait=wait)
+            return True
+    return False
+
+
+def _cancel(claim: Claim, pipeline: Pipeline, *, step_not_started: bool = False, record=None, uncertain=None) -> None:
+    task = claim.task
+    task_cancelled(
+        task=task,
+        policy=pipeline.on_cancel,
+        record=record,
+        uncertain_keys=uncertain,
+        keep_lease_for=claim.owner,
+        step_not_started=step_not_started,
+    )
 
 
 def _follows_declaration(claim: Claim, pipeline: Pipeline) -> bool:
@@ -159,6 +208,10 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
         if step.transactional:
             transaction.set_rollback(True)
     error = result.error
+    if result.record.outcome == AttemptOutcome.CANCELLED:
+        # Interrupted while it waited: the task is cancelled; what the step used may have acted.
+        _cancel(claim, pipeline, record=result.record, uncertain=dict(ctx.used_keys) or None)
+        return
     decision = policy.decide(attempt=task.step_attempt, error=error, now=time.time(), deadline=deadline)
     logger.info(
         "step attempt failed",

@@ -60,6 +60,12 @@ def _failure(task: Task) -> dict | None:
     }
 
 
+def _cancel(task: Task) -> dict | None:
+    if task.cancel_requested_at is None:
+        return None
+    return {"requested_at": task.cancel_requested_at, "reason": task.cancel_reason}
+
+
 def task_summary(task: Task) -> dict[str, Any]:
     names = _step_names(task)
     return {
@@ -68,6 +74,7 @@ def task_summary(task: Task) -> dict[str, Any]:
         "state": task.state,
         "current_step": _current_step_name(task, names),
         "failure": _failure(task),
+        "cancel": _cancel(task),
         "deadline": task.deadline,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
@@ -117,6 +124,8 @@ def _step_state(task: Task, index: int, name: str, completed: set[str], compensa
             return "running"
         if task.state == TaskState.RETRY_SCHEDULED:
             return "retry_scheduled"
+        if task.is_cancelled and task.failed_step == name and task.state != TaskState.RUNNING:
+            return "cancelled"  # where the cancel stopped it (interrupted, or not started)
         if task.state in FAILED_STATES and task.failed_step == name:
             return "failed"
     return "pending"

@@ -29,8 +29,9 @@ __all__ = [
     "task_submit",
 ]
 
-# A failed task whose dead letter an operator may close (the task keeps its state).
-CLOSABLE_STATES = (TaskState.FAILED, TaskState.COMPENSATED, TaskState.COMPENSATION_FAILED)
+# A failed task whose dead letter an operator may close (the task keeps its state); a cancelled one
+# has a dead letter only when its pipeline parks cancels.
+CLOSABLE_STATES = (TaskState.FAILED, TaskState.COMPENSATED, TaskState.COMPENSATION_FAILED, TaskState.CANCELLED)
 
 
 def task_retry_from_checkpoint(*, task_id) -> Task:
@@ -39,6 +40,8 @@ def task_retry_from_checkpoint(*, task_id) -> Task:
         task = _locked(task_id)
         if task.state not in (TaskState.FAILED, TaskState.COMPENSATION_FAILED):
             raise TaskNotActionable(f"task is {task.state}; only failed tasks can be retried from checkpoint")
+        if task.is_cancelled:
+            raise TaskNotActionable("the task was cancelled: compensate it or close its dead letter")
         task.retry_from_checkpoint()
         _save(task)
         dead_letter_set_status(task=task, status=DLQStatus.RETRYING)
@@ -69,13 +72,19 @@ def task_retry_from_start(*, task_id) -> Task:
 
 
 def task_compensate(*, task_id) -> Task:
-    """Compensate a parked FAILED task now, or retry a COMPENSATION_FAILED one (done steps are skipped)."""
+    """Compensate a parked FAILED task now, or retry a COMPENSATION_FAILED one (done steps are skipped).
+
+    Also a CANCELLED task whose pipeline parks cancels (its dead letter is
+    open): its completed steps are undone, and it stays cancelled.
+    """
     with transaction.atomic():
         task = _locked(task_id)
         if task.state == TaskState.FAILED:
             task.start_compensation()
         elif task.state == TaskState.COMPENSATION_FAILED:
             task.retry_compensation()
+        elif task.state == TaskState.CANCELLED and task.in_dlq:
+            task.compensate_cancelled()
         else:
             raise TaskNotActionable(f"task is {task.state}; only failed tasks can be compensated")
         _save(task)

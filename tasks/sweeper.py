@@ -37,11 +37,12 @@ from django.db.models.lookups import GreaterThan
 from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
+from tasks import limits
 from tasks.delivery import deliver_on_commit, deliveries_lost, get_queue
 from tasks.exceptions import LeaseLost
 from tasks.idempotency import idempotency_purge_expired
-from tasks.models import LEASED_STATES, SweeperHeartbeat, Task, TaskState
-from tasks.outcomes import LeaseExpiry, lease_expired
+from tasks.models import LEASED_STATES, SweeperHeartbeat, Task, TaskHold, TaskState
+from tasks.outcomes import LeaseExpiry, lease_expired, task_cancelled
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ class SweepReport:
     compensation_crash_loops: int = 0
     retries_started: int = 0
     redelivered: int = 0
+    held_released: int = 0
+    cancels_completed: int = 0
     idempotency_records_purged: int = 0
     chores: dict[str, int] = field(default_factory=dict)
     redis_unavailable: bool = False
@@ -93,6 +96,8 @@ class SweepReport:
             "crash_loops": self.crash_loops + self.compensation_crash_loops,
             "retries_started": self.retries_started,
             "redelivered": self.redelivered,
+            "held_released": self.held_released,
+            "cancels_completed": self.cancels_completed,
             "idempotency_records_purged": self.idempotency_records_purged,
             **self.chores,
             "redis_unavailable": self.redis_unavailable,
@@ -115,6 +120,8 @@ class SweepReport:
                 self.compensation_crash_loops,
                 self.retries_started,
                 self.redelivered,
+                self.held_released,
+                self.cancels_completed,
                 self.idempotency_records_purged,
                 *self.chores.values(),
             )
@@ -122,11 +129,13 @@ class SweepReport:
 
 
 def sweep_once() -> SweepReport:
-    """One sweep: expired leases, due retries, lost deliveries, expired idempotency records, then the chores."""
+    """One sweep: expired leases, cancels, due retries, lost deliveries, held tasks, idempotency records, chores."""
     report = SweepReport()
     _expired_leases(report)
+    _pending_cancels(report)
     _due_retries(report)
     _lost_deliveries(report)
+    report.held_released = limits.held_tasks_sweep()
     report.idempotency_records_purged = idempotency_purge_expired()
     for chore in _CHORES.values():
         if chore.interval is None:
@@ -151,6 +160,30 @@ def _expired_leases(report: SweepReport) -> None:
                     continue
                 expiry = lease_expired(task=task)
             report.count_lease_expiry(expiry)
+        except (ConcurrentTransition, LeaseLost):
+            continue
+
+
+def _pending_cancels(report: SweepReport) -> None:
+    """Carry out cancels that met a task waiting (held, or for a retry) in a race with its worker.
+
+    The canceller cancels such a task itself; one that a worker put back to
+    wait just after the request was written (it read the flag before) is
+    found here, on ``task_cancel_pending_idx``.
+    """
+    from tasks.cancellation import _on_cancel  # the canceller's rule for a pipeline's on_cancel
+
+    pending = Task.objects.filter(
+        state__in=[TaskState.QUEUED, TaskState.RETRY_SCHEDULED], cancel_requested_at__isnull=False
+    )
+    for pk in list(pending.order_by("cancel_requested_at").values_list("pk", flat=True)[:BATCH_SIZE]):
+        try:
+            with transaction.atomic():
+                task = _lock(pending, pk)
+                if task is None:
+                    continue
+                task_cancelled(task=task, policy=_on_cancel(task))
+            report.cancels_completed += 1
         except (ConcurrentTransition, LeaseLost):
             continue
 
@@ -206,8 +239,9 @@ def _lost_deliveries(report: SweepReport) -> None:
 def _waiting() -> QuerySet:
     """Tasks waiting for a worker longer than the grace: QUEUED, or COMPENSATING without a lease."""
     grace = timedelta(seconds=settings.RELIABILITY_REDELIVERY_GRACE_SECONDS)
+    # A held task has no job on purpose (tasks.limits releases it): not a lost delivery.
     return Task.objects.filter(
-        Q(state=TaskState.QUEUED) | Q(state=TaskState.COMPENSATING, lease_owner=""),
+        Q(state=TaskState.QUEUED, hold=TaskHold.NONE) | Q(state=TaskState.COMPENSATING, lease_owner=""),
         updated_at__lte=Now() - grace,
     )
 

@@ -13,6 +13,7 @@ before any of it is imported, and a refused job's callbacks never run.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -145,6 +146,22 @@ class ReliabilityWorker(SimpleWorker):
         for queue in self.queues:
             if not _is_reliability_job_class(queue.job_class):
                 queue.job_class = self.job_class
+
+    def handle_payload(self, message) -> None:
+        """RQ's worker commands, plus ``cancel-task``: interrupt the waiting step of a task this worker runs."""
+        from tasks import interrupts
+        from tasks.cancellation import CANCEL_COMMAND
+
+        try:
+            payload = json.loads(message["data"])
+        except (TypeError, ValueError, KeyError):
+            return
+        if isinstance(payload, dict) and payload.get("command") == CANCEL_COMMAND:
+            task_id = payload.get("task_id")
+            if isinstance(task_id, str):
+                interrupts.cancel_attempt(task_id)
+            return
+        super().handle_payload(message)
 
     def _shutdown(self) -> None:
         # An idle worker's SIGTERM handler raises StopRequested wherever the main thread is. Raised inside a

@@ -301,3 +301,77 @@ critical_work = Pipeline("t_critical", queue="critical", failure_policy=FailureP
 @critical_work.step
 def critical_item(ctx):
     return None
+
+
+# Live control (issue #14): a pipeline of three compensated steps whose middle step can cancel its own
+# task in-process (a canceller arriving mid-step), a parked-cancel twin, and limited pipelines.
+def _effect_step(name: str):
+    def step(ctx):
+        if ctx.input.get("cancel_during") == name:
+            from tasks.cancellation import task_cancel
+
+            task_cancel(task_id=ctx.task_id, actor="test:mid-step", reason="stop it")
+        if ctx.input.get("sleep_in") == name:
+            import time
+
+            time.sleep(float(ctx.input.get("seconds", 5)))
+        return {"done": name}
+
+    step.__name__ = name
+    return step
+
+
+def _undo(name: str):
+    def undo(ctx):
+        return None
+
+    undo.__name__ = f"undo_{name}"
+    return undo
+
+
+cancellable = Pipeline("t_cancellable", retry=RetryPolicy(max_attempts=3, base_delay=30, max_delay=60, jitter=False))
+cancel_parked = Pipeline("t_cancel_parked", on_cancel=FailurePolicy.PARK)
+for _pipeline in (cancellable, cancel_parked):
+    for _name in ("c_one", "c_two", "c_three"):
+        _pipeline.step(_effect_step(_name), compensate=_undo(_name), timeout=30)
+
+# A step that fails transiently once (a retry is scheduled far ahead), then succeeds.
+flaky_first = Pipeline("t_flaky_first", retry=RetryPolicy(max_attempts=3, base_delay=60, max_delay=60, jitter=False))
+
+
+@flaky_first.step
+def flaky_done(ctx):
+    return {"ok": True}
+
+
+@flaky_done.compensation
+def flaky_undo(ctx):
+    return None
+
+
+@flaky_first.step
+def flaky_retry(ctx):
+    if ctx.attempt == 1:
+        raise TransientError("not yet", code="not_yet")
+    return {"ok": True}
+
+
+one_at_a_time = Pipeline("t_one_at_a_time", max_concurrency=1)
+
+
+@one_at_a_time.step
+def one_at_a_time_step(ctx):
+    return None
+
+
+two_per_second = Pipeline("t_two_per_second", rate_limit="2/s")
+
+
+@two_per_second.step
+def rated_a(ctx):
+    return None
+
+
+@two_per_second.step
+def rated_b(ctx):
+    return None

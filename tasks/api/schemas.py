@@ -11,9 +11,17 @@ from pydantic import ConfigDict, Field
 from tasks.submission import MAX_DEADLINE_SECONDS
 
 TaskStateName = Literal[
-    "queued", "running", "retry_scheduled", "succeeded", "failed", "compensating", "compensated", "compensation_failed"
+    "queued",
+    "running",
+    "retry_scheduled",
+    "succeeded",
+    "failed",
+    "compensating",
+    "compensated",
+    "compensation_failed",
+    "cancelled",
 ]
-StepStateName = Literal["pending", "running", "retry_scheduled", "succeeded", "failed", "compensated"]
+StepStateName = Literal["pending", "running", "retry_scheduled", "succeeded", "failed", "compensated", "cancelled"]
 
 
 class TaskCreateIn(Schema):
@@ -29,6 +37,17 @@ class TaskCreateIn(Schema):
         description="POSTed the task's terminal state, signed with the client's secret (see the README); "
         "its host must be allowed by the server",
     )
+
+
+class CancelIn(Schema):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    reason: str | None = Field(None, max_length=1000, description="why; kept with the task and in the audit log")
+
+
+class CancelOut(Schema):
+    requested_at: datetime
+    reason: str
 
 
 class StepOut(Schema):
@@ -54,6 +73,7 @@ class TaskOut(Schema):
     steps: list[StepOut]
     result: Any = Field(description="the last step's output, once succeeded")
     failure: FailureOut | None
+    cancel: CancelOut | None = Field(description="set once a cancel was requested")
     deadline: datetime | None
     created_at: datetime
     updated_at: datetime
@@ -65,6 +85,7 @@ class TaskSummaryOut(Schema):
     state: TaskStateName
     current_step: str | None
     failure: FailureOut | None
+    cancel: CancelOut | None
     deadline: datetime | None
     created_at: datetime
     updated_at: datetime

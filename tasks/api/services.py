@@ -6,11 +6,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.api.errors import json_bytes
-from tasks.models import ApiClient, Task
+from tasks.cancellation import task_cancel
+from tasks.models import TERMINAL_STATES, ApiClient, Task
 from tasks.selectors import client_scope, task_representation
 from tasks.submission import submission_create
 
 CREATED = 201
+OK = 200
+ACCEPTED = 202
 
 
 @dataclass(frozen=True)
@@ -41,3 +44,17 @@ def api_task_submit(*, client: ApiClient, body: dict[str, Any], idempotency_key:
         callback_url=body.get("callback_url"),
     )
     return ApiResponse(submission.response_status, submission.response_body, submission.replayed)
+
+
+def api_task_cancel(*, client: ApiClient, task_id, reason: str, client_ip: str | None) -> tuple[int, bytes]:
+    """Cancel ``client``'s task; (200 once it is cancelled or 202 while the cancel is under way, the task's JSON).
+
+    Raises ``TaskNotCancellable`` (409) for a finished task and
+    ``TaskNotActionable`` (404) for a task that is not the client's.
+    """
+    result = task_cancel(
+        task_id=task_id, actor=f"client:{client.name}", reason=reason, client=client, client_ip=client_ip
+    )
+    task = Task.objects.get(pk=result.task.pk)
+    status = OK if task.state in TERMINAL_STATES else ACCEPTED
+    return status, json_bytes(task_representation(task))

@@ -12,10 +12,12 @@ from ninja import Header, NinjaAPI, Path, Query
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.security import HttpBearer
+from pydantic import ValidationError as PydanticValidationError
 
 from tasks.api.errors import ApiError, error_response, json_bytes
-from tasks.api.parser import StrictJsonParser, payload_too_large
+from tasks.api.parser import StrictJsonParser, payload_too_large, read_json_body
 from tasks.api.schemas import (
+    CancelIn,
     ErrorOut,
     IdempotencyRecordOut,
     TaskCreateIn,
@@ -23,13 +25,15 @@ from tasks.api.schemas import (
     TaskPageOut,
     TaskStateName,
 )
-from tasks.api.services import api_task_submit
+from tasks.api.services import api_task_cancel, api_task_submit
 from tasks.clients import api_client_authenticate
 from tasks.exceptions import (
     IdempotencyKeyInUse,
     IdempotencyKeyReused,
     InvalidTaskInput,
     ReliabilityError,
+    TaskNotActionable,
+    TaskNotCancellable,
     UnknownPipeline,
 )
 from tasks.selectors import (
@@ -103,6 +107,36 @@ def get_task(request: HttpRequest, task_id: str):
     return _json(task_representation(task))
 
 
+CANCEL_BODY = {"required": False, "content": {"application/json": {"schema": CancelIn.model_json_schema()}}}
+
+
+@api.post(
+    "/tasks/{task_id}/cancel",
+    response={200: TaskOut, 202: TaskOut, **ERRORS},
+    summary="Cancel a task",
+    description="A queued or retry-scheduled task is cancelled at once (its completed steps compensated); a "
+    "running one stops at its next step boundary, or sooner if it is waiting. 202 while the cancel is under "
+    "way, 200 once the task is cancelled; a repeat is the same cancel. A finished task is a 409 "
+    '`task_not_cancellable` with its `state`. Body optional: `{"reason": "..."}`.',
+    openapi_extra={"requestBody": CANCEL_BODY},
+)
+def cancel_task(request: HttpRequest, task_id: str):
+    reason = ""
+    if request.body:
+        try:
+            reason = CancelIn.model_validate(read_json_body(request)).reason or ""
+        except PydanticValidationError as exc:
+            details = {".".join(str(p) for p in e["loc"]) or "body": e["msg"] for e in exc.errors()}
+            raise ApiError(400, "validation_error", "the request is not valid", details) from None
+    task = task_for_client(client=request.auth, task_id=task_id)
+    if task is None:
+        raise ApiError(404, "not_found", "no such task")
+    status, body = api_task_cancel(
+        client=request.auth, task_id=task.pk, reason=reason, client_ip=request.META.get("REMOTE_ADDR")
+    )
+    return HttpResponse(body, status=status, content_type="application/json")
+
+
 @api.get("/tasks", response={200: TaskPageOut, **ERRORS}, summary="The client's tasks, newest first")
 def list_tasks(
     request: HttpRequest,
@@ -151,6 +185,8 @@ ENGINE_ERRORS: dict[type[ReliabilityError], tuple[int, str]] = {
     InvalidTaskInput: (400, "validation_error"),
     IdempotencyKeyReused: (422, "idempotency_key_reused"),
     IdempotencyKeyInUse: (409, "idempotency_key_in_use"),
+    TaskNotCancellable: (409, "task_not_cancellable"),
+    TaskNotActionable: (404, "not_found"),
 }
 
 

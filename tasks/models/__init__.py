@@ -1,13 +1,24 @@
 """The engine's durable state, one module per concept; import models from here."""
 
 from tasks.models.dead_letter import UNRESOLVED_STATUSES, DeadLetter, DLQStatus, ResolutionCode
+from tasks.models.pipeline_control import ConcurrencySlot, PipelineControl, RatePermit
 from tasks.models.retention import RetentionPurge
 from tasks.models.steps import AttemptKind, AttemptOutcome, Checkpoint, EffectStatus, SideEffect, StepAttempt
 from tasks.models.submission import ApiClient, IdempotencyRecord, IdempotencyState
 from tasks.models.sweeper import SweeperHeartbeat
-from tasks.models.task import LEASED_STATES, TERMINAL_STATES, FailureReason, Task, TaskState, lease_expiry
+from tasks.models.task import (
+    CANCELLABLE_STATES,
+    LEASED_STATES,
+    TERMINAL_STATES,
+    FailureReason,
+    Task,
+    TaskHold,
+    TaskState,
+    lease_expiry,
+)
 
 __all__ = [
+    "CANCELLABLE_STATES",
     "LEASED_STATES",
     "TERMINAL_STATES",
     "UNRESOLVED_STATUSES",
@@ -15,18 +26,22 @@ __all__ = [
     "AttemptKind",
     "AttemptOutcome",
     "Checkpoint",
+    "ConcurrencySlot",
     "DLQStatus",
     "DeadLetter",
     "EffectStatus",
     "FailureReason",
     "IdempotencyRecord",
     "IdempotencyState",
+    "PipelineControl",
+    "RatePermit",
     "ResolutionCode",
     "RetentionPurge",
     "SideEffect",
     "StepAttempt",
     "SweeperHeartbeat",
     "Task",
+    "TaskHold",
     "TaskState",
     "lease_expiry",
 ]

@@ -19,6 +19,8 @@ class AttemptOutcome(models.TextChoices):
     TIMEOUT = "timeout", _("timed out")
     CRASHED = "crashed", _("worker lost (lease expired)")
     SKIPPED_DEADLINE = "deadline_exceeded", _("not started: deadline exceeded")
+    # Interrupted by a cancel while it waited (tasks.interrupts): it may have acted, like a timeout.
+    CANCELLED = "cancelled", _("interrupted: task cancelled")
 
 
 class StepAttempt(models.Model):

@@ -28,11 +28,15 @@ class TaskState(models.TextChoices):
     COMPENSATING = "compensating", _("compensating")
     COMPENSATED = "compensated", _("compensated")
     COMPENSATION_FAILED = "compensation_failed", _("compensation failed")
+    # Stopped on request (tasks.cancellation): its completed steps were compensated, or the pipeline parks cancels.
+    CANCELLED = "cancelled", _("cancelled")
 
 
 TERMINAL_STATES = frozenset(
-    {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.COMPENSATED, TaskState.COMPENSATION_FAILED}
+    {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.COMPENSATED, TaskState.COMPENSATION_FAILED, TaskState.CANCELLED}
 )
+# States a cancel acts on at once (nothing of the task is running) or at the next step boundary (running).
+CANCELLABLE_STATES = (TaskState.QUEUED, TaskState.RETRY_SCHEDULED, TaskState.RUNNING)
 LEASED_STATES = (TaskState.RUNNING, TaskState.COMPENSATING)
 
 
@@ -44,6 +48,17 @@ class FailureReason(models.TextChoices):
     COMPENSATION_FAILED = "compensation_failed", _("compensation failed")
     # The pipeline's completed steps are no longer its first steps (tasks.pipeline_changes).
     PIPELINE_CHANGED = "pipeline_changed", _("pipeline changed")
+    # A client or an operator cancelled it (its dead letter: compensation could not finish, or cancels are parked).
+    CANCELLED = "cancelled", _("cancelled")
+
+
+class TaskHold(models.TextChoices):
+    """Why a QUEUED task waits without a delivery (``tasks.limits``): it starts when released, attempts unused."""
+
+    NONE = "", _("not held")
+    PAUSED = "paused", _("pipeline paused")
+    CONCURRENCY = "concurrency", _("concurrency limit")
+    RATE = "rate", _("rate limit")
 
 
 class Task(ConcurrentTransitionMixin, models.Model):
@@ -67,7 +82,17 @@ class Task(ConcurrentTransitionMixin, models.Model):
     generation = models.PositiveIntegerField(default=0)
 
     deadline = models.DateTimeField(null=True, blank=True)
+    # When a scheduled retry is due; for a task held by its pipeline's rate limit, when it may start.
     retry_at = models.DateTimeField(null=True, blank=True)
+    # Why a QUEUED task waits without a job (tasks.limits); "" for every other task. The sweeper's
+    # lost-delivery check skips held tasks: they are released (delivered) when they may start.
+    hold = models.CharField(max_length=16, choices=TaskHold.choices, blank=True, default="", db_default="")
+
+    # A cancel (tasks.cancellation): when and by whom it was asked for, and why. Set once; a running
+    # task stops at its next step boundary (or its waiting step is interrupted) once it sees it.
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_by = models.CharField(max_length=150, blank=True, default="", db_default="")
+    cancel_reason = models.TextField(blank=True, default="", db_default="")
 
     lease_owner = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -182,11 +207,31 @@ class Task(ConcurrentTransitionMixin, models.Model):
     def make_due(self) -> None:
         self.retry_at = None
 
+    @transition(field=state, source=[TaskState.QUEUED, TaskState.RUNNING], target=TaskState.QUEUED)
+    def hold_back(self, *, hold: str, until=None) -> None:
+        """Wait without a delivery (its pipeline is paused, or at a limit) until released; no attempt is used.
+
+        From RUNNING, the task waits at a step boundary: the attempt counted
+        for the next step (``advance``) was not made, and is given back.
+        """
+        if self.state == TaskState.RUNNING:
+            self._attempt_not_made()
+            self._release_lease()
+        self.hold = hold
+        self.retry_at = until
+
+    def release_hold(self) -> None:
+        """Not a transition: a held task may start again (it is delivered with this change)."""
+        self.hold = TaskHold.NONE
+        self.retry_at = None
+
     @transition(field=state, source=TaskState.QUEUED, target=TaskState.RUNNING)
     def claim(self, *, owner: str, lease_seconds: float) -> None:
         self._take_lease(owner, lease_seconds)
         self.step_attempt += 1
         self.total_attempts += 1
+        self.hold = TaskHold.NONE
+        self.retry_at = None
 
     @transition(field=state, source=TaskState.RUNNING, target=TaskState.RUNNING)
     def advance(self) -> None:
@@ -232,6 +277,58 @@ class Task(ConcurrentTransitionMixin, models.Model):
         self.count_lost_lease()
         self._release_lease()
 
+    @transition(
+        field=state,
+        source=[TaskState.QUEUED, TaskState.RETRY_SCHEDULED, TaskState.RUNNING],
+        target=TaskState.CANCELLED,
+    )
+    def cancel(self, *, message: str, at_boundary: bool = False) -> None:
+        """End the task on its cancel: nothing of it needs undoing, or its pipeline parks cancels."""
+        self._cancelled(message, at_boundary)
+        self.finished_at = timezone.now()
+
+    @transition(
+        field=state,
+        source=[TaskState.QUEUED, TaskState.RETRY_SCHEDULED, TaskState.RUNNING],
+        target=TaskState.COMPENSATING,
+    )
+    def cancel_with_compensation(
+        self, *, message: str, owner: str = "", lease_seconds: float = 0, at_boundary: bool = False
+    ) -> None:
+        """Stop the task on its cancel and undo its completed steps (``finish_cancel`` ends it)."""
+        self._cancelled(message, at_boundary)
+        if owner:
+            self.lease_owner = owner
+            self.lease_expires_at = lease_expiry(lease_seconds)
+
+    def _cancelled(self, message: str, at_boundary: bool) -> None:
+        if at_boundary:
+            self._attempt_not_made()
+        self.failure_reason = FailureReason.CANCELLED
+        self.failure_code = FailureReason.CANCELLED.value
+        self.failure_message = message
+        self.retry_at = None
+        self.hold = TaskHold.NONE
+        self._release_lease()
+
+    @transition(field=state, source=TaskState.COMPENSATING, target=TaskState.CANCELLED)
+    def finish_cancel(self) -> None:
+        self._release_lease()
+        self.finished_at = timezone.now()
+
+    @transition(field=state, source=TaskState.CANCELLED, target=TaskState.COMPENSATING)
+    def compensate_cancelled(self) -> None:
+        """An operator compensates a cancelled task whose pipeline parks cancels (its steps were left as they are)."""
+        self.crash_count = 0
+        self.finished_at = None
+        self._release_lease()
+
+    def _attempt_not_made(self) -> None:
+        # advance() counted an attempt of the next step, which never started.
+        if self.step_attempt > 0:
+            self.step_attempt -= 1
+            self.total_attempts = max(self.total_attempts - 1, 0)
+
     @transition(field=state, source=TaskState.FAILED, target=TaskState.COMPENSATING)
     def start_compensation(self, *, owner: str = "", lease_seconds: float = 0) -> None:
         # The worker that failed the task may go straight on under its lease
@@ -264,7 +361,12 @@ class Task(ConcurrentTransitionMixin, models.Model):
         self._release_lease()
         self.finished_at = timezone.now()
 
-    @transition(field=state, source=[TaskState.FAILED, TaskState.COMPENSATION_FAILED], target=TaskState.QUEUED)
+    @transition(
+        field=state,
+        source=[TaskState.FAILED, TaskState.COMPENSATION_FAILED],
+        target=TaskState.QUEUED,
+        conditions=[lambda task: not task.is_cancelled],
+    )
     def retry_from_checkpoint(self) -> None:
         self._clear_failure()
         self.step_attempt = 0
@@ -303,11 +405,20 @@ class Task(ConcurrentTransitionMixin, models.Model):
         return self.state in TERMINAL_STATES
 
     @property
+    def is_cancelled(self) -> bool:
+        """Whether a cancel was asked for: the task ends CANCELLED (or COMPENSATION_FAILED), never runs again."""
+        return self.cancel_requested_at is not None
+
+    @property
     def can_retry_from_start(self) -> bool:
         """Compensated tasks start again; so do tasks parked because their pipeline changed under them."""
         if self.state == TaskState.COMPENSATED:
             return True
-        return self.state == TaskState.FAILED and self.failure_reason == FailureReason.PIPELINE_CHANGED
+        return (
+            self.state == TaskState.FAILED
+            and self.failure_reason == FailureReason.PIPELINE_CHANGED
+            and not self.is_cancelled
+        )
 
     def step_name_at(self, index: int) -> str:
         """The recorded name of step ``index``; "" when none was recorded there."""

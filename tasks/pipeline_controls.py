@@ -1,0 +1,233 @@
+"""Pause, resume and limit a pipeline at runtime: the services behind the console's pipeline page.
+
+Each is one transaction on the pipeline's ``PipelineControl`` row (created on
+first use) and sends ``pipeline_control_changed`` inside it, so the console
+audits the change in the same commit. What they hold back is applied by
+``tasks.limits`` at claim time and at every step start; a resume or a raised
+limit releases held tasks at once, oldest first, as far as the limits allow
+(the sweeper goes on with a deep backlog).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.dispatch import Signal
+from django.utils import timezone
+
+from tasks import limits, registry
+from tasks.exceptions import ConfigurationError, PipelineControlRefused, UnknownPipeline
+from tasks.limits_policy import Gate, RateLimit, concurrency_check, gate_for
+from tasks.models import PipelineControl, Task, TaskHold, TaskState
+
+logger = logging.getLogger(__name__)
+
+# Sent inside the change's transaction: sender=PipelineControl, control=, action=, actor=, reason=, before=, after=.
+pipeline_control_changed = Signal()
+REASON_MAX_LENGTH = 1000
+# Marks an argument a limits change leaves as it is.
+UNCHANGED: Any = object()
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    """A registered pipeline as the console shows it: declared limits, what holds now, who paused it."""
+
+    name: str
+    queue: str
+    declared_max_concurrency: int | None
+    declared_rate_limit: RateLimit | None
+    gate: Gate
+    control: PipelineControl | None
+    held: dict[str, int]  # hold -> tasks held
+    running: int
+
+    @property
+    def limits_overridden(self) -> bool:
+        return bool(self.control and (self.control.concurrency_overridden or self.control.rate_overridden))
+
+
+def pipeline_pause(*, pipeline: str, actor: str, reason: str) -> PipelineControl:
+    """Pause ``pipeline``: no step of it starts until it is resumed; submissions are still accepted."""
+    with transaction.atomic():
+        control, before = _locked(pipeline)
+        if control.paused:
+            raise PipelineControlRefused(f"pipeline {pipeline!r} is already paused (by {control.paused_by})")
+        control.paused = True
+        control.paused_at = timezone.now()
+        control.paused_by = actor[:150]
+        control.pause_reason = _reason(reason)
+        control.save()
+        _changed(control, "pipeline_paused", actor, reason, before)
+    return control
+
+
+def pipeline_resume(*, pipeline: str, actor: str, reason: str) -> PipelineControl:
+    """Resume ``pipeline``: its held tasks start again, as far as its limits allow."""
+    with transaction.atomic():
+        control, before = _locked(pipeline)
+        if not control.paused:
+            raise PipelineControlRefused(f"pipeline {pipeline!r} is not paused")
+        control.paused = False
+        control.save()
+        _changed(control, "pipeline_resumed", actor, reason, before)
+        transaction.on_commit(lambda: _release(pipeline))
+    return control
+
+
+def pipeline_limits_set(
+    *, pipeline: str, actor: str, reason: str, max_concurrency: Any = UNCHANGED, rate_limit: Any = UNCHANGED
+) -> PipelineControl:
+    """Override ``pipeline``'s limits until reset; ``None`` means no limit, ``UNCHANGED`` keeps the current one.
+
+    ``rate_limit`` is a string like ``"10/s"`` (or None); a bad value is a
+    ``PipelineControlRefused`` and changes nothing.
+    """
+    try:
+        concurrency = concurrency_check(max_concurrency) if max_concurrency is not UNCHANGED else UNCHANGED
+        rate = RateLimit.parse(rate_limit) if rate_limit not in (UNCHANGED, None, "") else rate_limit
+    except ConfigurationError as exc:
+        raise PipelineControlRefused(str(exc)) from None
+    if concurrency is UNCHANGED and rate is UNCHANGED:
+        raise PipelineControlRefused("give max_concurrency or rate_limit (or both)")
+    with transaction.atomic():
+        control, before = _locked(pipeline)
+        if concurrency is not UNCHANGED:
+            control.concurrency_overridden = True
+            control.max_concurrency = concurrency
+        if rate is not UNCHANGED:
+            control.rate_overridden = True
+            control.rate_limit = str(rate) if rate else ""
+        _limits_stamp(control, actor)
+        control.save()
+        _changed(control, "pipeline_limits_set", actor, reason, before)
+        transaction.on_commit(lambda: _release(pipeline))
+    return control
+
+
+def pipeline_limits_reset(*, pipeline: str, actor: str, reason: str) -> PipelineControl:
+    """Go back to the limits ``pipeline``'s code declares."""
+    with transaction.atomic():
+        control, before = _locked(pipeline)
+        if not (control.concurrency_overridden or control.rate_overridden):
+            raise PipelineControlRefused(f"pipeline {pipeline!r} runs with the limits its code declares already")
+        control.concurrency_overridden = control.rate_overridden = False
+        control.max_concurrency, control.rate_limit = None, ""
+        _limits_stamp(control, actor)
+        control.save()
+        _changed(control, "pipeline_limits_reset", actor, reason, before)
+        transaction.on_commit(lambda: _release(pipeline))
+    return control
+
+
+def pipeline_states() -> list[PipelineState]:
+    """Every registered pipeline with what holds it now (a handful of queries, whatever the task count)."""
+    controls = {control.pipeline: control for control in PipelineControl.objects.all()}
+    held: dict[str, dict[str, int]] = {}
+    for (name, hold), count in limits.held_counts().items():
+        held.setdefault(name, {})[hold] = count
+    running = dict(
+        Task.objects.filter(state=TaskState.RUNNING)
+        .values_list("pipeline")
+        .annotate(count=_count())
+        .order_by()
+        .values_list("pipeline", "count")
+    )
+    states = []
+    for declared in sorted(registry.all_pipelines(), key=lambda p: p.name):
+        control = controls.get(declared.name)
+        gate = gate_for(
+            max_concurrency=declared.max_concurrency,
+            rate_limit=declared.rate_limit,
+            control=limits.control_values_of(control),
+        )
+        states.append(
+            PipelineState(
+                name=declared.name,
+                queue=declared.queue,
+                declared_max_concurrency=declared.max_concurrency,
+                declared_rate_limit=declared.rate_limit,
+                gate=gate,
+                control=control,
+                held=held.get(declared.name, {}),
+                running=running.get(declared.name, 0),
+            )
+        )
+    return states
+
+
+def paused_pipelines() -> list[PipelineControl]:
+    """The pipelines paused now, longest paused first (for the dashboard)."""
+    return list(PipelineControl.objects.filter(paused=True).order_by("paused_at", "pipeline"))
+
+
+def _count():
+    from django.db.models import Count
+
+    return Count("pk")
+
+
+def _locked(pipeline: str) -> tuple[PipelineControl, dict]:
+    try:
+        registry.get(pipeline)
+    except UnknownPipeline:
+        if not PipelineControl.objects.filter(pipeline=pipeline).exists():
+            raise PipelineControlRefused(f"no pipeline {pipeline!r} is registered") from None
+    PipelineControl.objects.get_or_create(pipeline=pipeline)
+    control = PipelineControl.objects.select_for_update().get(pipeline=pipeline)
+    return control, _snapshot(control)
+
+
+def _snapshot(control: PipelineControl) -> dict:
+    return {
+        "paused": control.paused,
+        "max_concurrency": control.max_concurrency if control.concurrency_overridden else "declared",
+        "rate_limit": (control.rate_limit or None) if control.rate_overridden else "declared",
+    }
+
+
+def _reason(reason: str) -> str:
+    reason = (reason or "").strip()
+    if not reason:
+        raise PipelineControlRefused("a reason is required")
+    if len(reason) > REASON_MAX_LENGTH:
+        raise PipelineControlRefused(f"a reason is at most {REASON_MAX_LENGTH} characters")
+    return reason
+
+
+def _limits_stamp(control: PipelineControl, actor: str) -> None:
+    control.limits_changed_at = timezone.now()
+    control.limits_changed_by = actor[:150]
+
+
+def _changed(control: PipelineControl, action: str, actor: str, reason: str, before: dict) -> None:
+    reason = _reason(reason)
+    pipeline_control_changed.send(
+        sender=PipelineControl,
+        control=control,
+        action=action,
+        actor=actor,
+        reason=reason,
+        before=before,
+        after=_snapshot(control),
+    )
+    logger.info(
+        "pipeline control changed",
+        extra={"event": action, "pipeline": control.pipeline, "by": actor, **_snapshot(control)},
+    )
+
+
+def _release(pipeline: str) -> None:
+    """After a resume or a limit change: let held tasks start, as many as the gate allows now."""
+    gate = limits.gate_of(pipeline=pipeline)
+    limits.held_tasks_release(
+        pipeline=pipeline,
+        holds=[TaskHold.PAUSED, TaskHold.CONCURRENCY],
+        limit=limits.releasable(pipeline=pipeline, gate=gate),
+    )
+    if not gate.paused and gate.rate is None:
+        # The rate limit was lifted: tasks waiting for their turn at it need not wait for their scheduled time.
+        limits.held_tasks_release(pipeline=pipeline, holds=[TaskHold.RATE], limit=limits.RELEASE_BATCH_SIZE)
