@@ -26,7 +26,7 @@ from django.utils.translation import ngettext
 from redis.exceptions import RedisError
 from rq import Worker
 
-from dlq.actions import ACTIONS
+from dlq.actions import action_label
 from dlq.activity import MinuteActivity, minute_activity
 from dlq.audit import AUDIT_PURGE_KIND
 from dlq.models import AlertEvent, AlertRule, AlertState, AuditEntry, AuditOutcome, DLQItem, DLQStatus
@@ -325,7 +325,7 @@ def operator_activity(*, now: dt.datetime) -> OperatorActivity:
     rows = [
         ActionOutcomeCounts(
             action=action,
-            label=ACTIONS[action].label if action in ACTIONS else action,
+            label=action_label(action),
             counts=tuple(by_outcome.get(value, 0) for value, _label in outcomes),
         )
         for action, by_outcome in sorted(counts.items())
