@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -104,7 +105,10 @@ def task_cancel_by_operator(*, task_id, actor, reason: str, client_ip: str | Non
         _refused(name, reason, CANCEL_REPEATED_DETAIL, state=task.state, **target)
         raise ActionRefused(
             gettext("a cancel of this task was already requested by %(who)s at %(when)s")
-            % {"who": task.cancel_requested_by, "when": f"{task.cancel_requested_at:%Y-%m-%d %H:%M:%S}"}
+            % {
+                "who": task.cancel_requested_by,
+                "when": f"{timezone.localtime(task.cancel_requested_at):%Y-%m-%d %H:%M:%S}",
+            }
         )
     return result
 
