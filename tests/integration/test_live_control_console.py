@@ -214,6 +214,18 @@ def test_a_cancel_and_its_audit_entry_commit_or_roll_back_together():
     assert [e.actor for e in entries(action="task_cancelled")] == ["python:job"]
 
 
+def test_the_task_list_filters_cancelled_tasks(client, role_users):
+    cancelled = task_submit(pipeline="t_cancellable", input={})
+    task_cancel(task_id=cancelled.pk, actor="client:a", reason="no")
+    task_submit(pipeline="t_cancellable", input={})
+    client.force_login(role_users["viewer"])
+
+    response = client.get("/admin/tasks/task/?state=cancelled")
+
+    assert [task.pk for task in response.context["cl"].result_list] == [cancelled.pk]
+    assert "?state=cancelled" in response.content.decode()  # offered by the filter
+
+
 def test_the_task_page_says_why_a_held_task_waits(client, role_users):
     pipeline_pause(pipeline="t_local", actor="operator:someone", reason="downstream is down")
     task = task_submit(pipeline="t_local", input={})
