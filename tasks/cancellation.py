@@ -32,12 +32,10 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 from rq.command import PUBSUB_CHANNEL_TEMPLATE
 
-from tasks import registry
 from tasks.delivery import redis_client
-from tasks.exceptions import TaskNotActionable, TaskNotCancellable, UnknownPipeline
+from tasks.exceptions import TaskNotActionable, TaskNotCancellable
 from tasks.models import Task, TaskState
-from tasks.outcomes import task_cancelled
-from tasks.pipelines import FailurePolicy
+from tasks.outcomes import on_cancel_policy, task_cancelled
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +90,7 @@ def task_cancel(*, task_id, actor: str, reason: str = "", client=None, client_ip
             updated_at=task.cancel_requested_at,
         )
         if task.state in CANCELLED_AT_ONCE:
-            task_cancelled(task=task, policy=_on_cancel(task))
+            task_cancelled(task=task, policy=on_cancel_policy(task))
         else:
             owner = task.lease_owner
             transaction.on_commit(lambda: _tell_lease_holder(task_id=task.pk, owner=owner))
@@ -104,13 +102,6 @@ def task_cancel(*, task_id, actor: str, reason: str = "", client=None, client_ip
         extra={"event": "cancel_requested", "task_id": str(task.pk), "state": state_before, "by": actor},
     )
     return CancelResult(task=task, requested_now=True, state_before=state_before)
-
-
-def _on_cancel(task: Task) -> FailurePolicy:
-    try:
-        return registry.get(task.pipeline).on_cancel
-    except UnknownPipeline:
-        return FailurePolicy.PARK  # nothing here can undo its steps: leave it to an operator
 
 
 def _tell_lease_holder(*, task_id, owner: str) -> None:

@@ -103,17 +103,38 @@ def concurrency_slot_take(*, pipeline: str, limit: int, task_id, fencing_token: 
 
 
 def _slot_take_sql(pipeline: str, limit: int, task_id, fencing_token: int) -> bool:
+    # Lock a slot that looks free, then look again with a new snapshot before taking it. One statement
+    # would not do: a slot taken by a claim that committed after this statement's snapshot is re-read
+    # when locked, but the holder's task row in that snapshot is still QUEUED, so it would look free
+    # and be taken twice. The second statement's snapshot is newer than the holder's commit (its lock
+    # was released by that commit), and while this transaction holds the slot nobody else takes it.
     slots, tasks = ConcurrencySlot._meta.db_table, Task._meta.db_table
+    running = f"SELECT 1 FROM {tasks} t WHERE t.id = %s AND t.state = %s AND t.fencing_token = %s"
+    passed_over: list[int] = []
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {slots} SET task_id = %s, fencing_token = %s, taken_at = now() "
-            f"WHERE id = (SELECT s.id FROM {slots} s WHERE s.pipeline = %s AND s.slot < %s "
-            f"AND (s.task_id IS NULL OR NOT EXISTS (SELECT 1 FROM {tasks} t WHERE t.id = s.task_id "
-            f"AND t.state = %s AND t.fencing_token = s.fencing_token)) "
-            f"ORDER BY s.slot LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING slot",
-            [task_id, fencing_token, pipeline, limit, TaskState.RUNNING],
-        )
-        return cursor.fetchone() is not None
+        for _ in range(limit):
+            cursor.execute(
+                f"SELECT s.id, s.task_id, s.fencing_token FROM {slots} s WHERE s.pipeline = %s AND s.slot < %s "
+                f"AND NOT (s.id = ANY(%s)) AND (s.task_id IS NULL OR NOT EXISTS (SELECT 1 FROM {tasks} t "
+                f"WHERE t.id = s.task_id AND t.state = %s AND t.fencing_token = s.fencing_token)) "
+                f"ORDER BY s.slot LIMIT 1 FOR UPDATE OF s SKIP LOCKED",
+                [pipeline, limit, passed_over, TaskState.RUNNING],
+            )
+            row = cursor.fetchone()
+            if row is None:
+                return False
+            slot_id, holder, holder_token = row
+            if holder is not None:
+                cursor.execute(f"SELECT EXISTS ({running})", [holder, TaskState.RUNNING, holder_token])
+                if cursor.fetchone()[0]:
+                    passed_over.append(slot_id)  # taken by a claim this statement's snapshot did not see
+                    continue
+            cursor.execute(
+                f"UPDATE {slots} SET task_id = %s, fencing_token = %s, taken_at = now() WHERE id = %s",
+                [task_id, fencing_token, slot_id],
+            )
+            return True
+    return False
 
 
 def _slot_take_orm(pipeline: str, limit: int, task_id, fencing_token: int) -> bool:

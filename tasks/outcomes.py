@@ -73,6 +73,7 @@ TASK_HOLD_FIELDS = [
     "state",
     "hold",
     "retry_at",
+    "fencing_token",
     "lease_owner",
     "lease_expires_at",
     "step_attempt",
@@ -232,6 +233,17 @@ def task_failed(
     ``keep_lease_for`` names the worker that goes straight on to compensate
     under the same lease; otherwise the compensation is delivered through RQ.
     """
+    if task.state in (TaskState.QUEUED, TaskState.RUNNING) and _cancel_request_read(task):
+        # A cancel came in while the step ran and failed: the client asked to stop, and it stops as a
+        # cancel (compensated or parked as on_cancel says), never as a failure too.
+        task_cancelled(
+            task=task,
+            policy=on_cancel_policy(task),
+            record=record,
+            uncertain_keys=uncertain_keys,
+            keep_lease_for=keep_lease_for,
+        )
+        return
     error = dataclasses.replace(error, message=task_redactor(task).text(error.message))
     was_running = task.state == TaskState.RUNNING
     with transaction.atomic():
@@ -390,11 +402,10 @@ def task_held(*, task: Task, hold: str, until: datetime | None = None) -> None:
     """
     was_running = task.state == TaskState.RUNNING
     with transaction.atomic():
-        token = task.fencing_token
         task.hold_back(hold=hold, until=until)
         task_save_guarded(task, TASK_HOLD_FIELDS)
         if until is not None:
-            deliver_on_commit(task.pk, token, when=until, pipeline=task.pipeline)
+            deliver_on_commit(task.pk, task.fencing_token, when=until, pipeline=task.pipeline)
         else:
             limits.hold_recheck(task_id=task.pk, pipeline=task.pipeline, hold=hold)
         if was_running:
@@ -496,8 +507,12 @@ def cancel_message(task: Task) -> str:
     return f"cancelled by {who}: {task.cancel_reason}" if task.cancel_reason else f"cancelled by {who}"
 
 
-def _cancel_request_read(task: Task) -> None:
-    # A worker learns of a cancel from a flag (boundary, interrupt); the request itself is on the row.
+def _cancel_request_read(task: Task) -> bool:
+    """Read the task's cancel request from its row into ``task``; whether there is one.
+
+    A worker learns of a cancel from a flag (boundary, interrupt) or not at
+    all (a step that failed meanwhile): the request itself is on the row.
+    """
     row = (
         Task.objects.filter(pk=task.pk)
         .values_list("cancel_requested_at", "cancel_requested_by", "cancel_reason")
@@ -505,6 +520,13 @@ def _cancel_request_read(task: Task) -> None:
     )
     if row is not None and row[0] is not None:
         task.cancel_requested_at, task.cancel_requested_by, task.cancel_reason = row
+    return task.is_cancelled
+
+
+def on_cancel_policy(task: Task) -> FailurePolicy:
+    pipeline = _pipeline_or_none(task)
+    # A pipeline this process does not know cannot be compensated here: leave it to an operator.
+    return pipeline.on_cancel if pipeline is not None else FailurePolicy.PARK
 
 
 def _may_need_undo(task: Task, record: AttemptRecord | None, uncertain_keys: dict[str, str] | None) -> bool:

@@ -42,7 +42,7 @@ from tasks.delivery import deliver_on_commit, deliveries_lost, get_queue
 from tasks.exceptions import LeaseLost
 from tasks.idempotency import idempotency_purge_expired
 from tasks.models import LEASED_STATES, SweeperHeartbeat, Task, TaskHold, TaskState
-from tasks.outcomes import LeaseExpiry, lease_expired, task_cancelled
+from tasks.outcomes import LeaseExpiry, lease_expired, on_cancel_policy, task_cancelled
 
 logger = logging.getLogger(__name__)
 
@@ -171,8 +171,6 @@ def _pending_cancels(report: SweepReport) -> None:
     wait just after the request was written (it read the flag before) is
     found here, on ``task_cancel_pending_idx``.
     """
-    from tasks.cancellation import _on_cancel  # the canceller's rule for a pipeline's on_cancel
-
     pending = Task.objects.filter(
         state__in=[TaskState.QUEUED, TaskState.RETRY_SCHEDULED], cancel_requested_at__isnull=False
     )
@@ -182,7 +180,7 @@ def _pending_cancels(report: SweepReport) -> None:
                 task = _lock(pending, pk)
                 if task is None:
                     continue
-                task_cancelled(task=task, policy=_on_cancel(task))
+                task_cancelled(task=task, policy=on_cancel_policy(task))
             report.cancels_completed += 1
         except (ConcurrentTransition, LeaseLost):
             continue

@@ -311,6 +311,8 @@ def _effect_step(name: str):
             from tasks.cancellation import task_cancel
 
             task_cancel(task_id=ctx.task_id, actor="test:mid-step", reason="stop it")
+        if ctx.input.get("fail_in") == name:
+            raise PermanentError("refused by the far side", code="refused")
         if ctx.input.get("sleep_in") == name:
             import time
 

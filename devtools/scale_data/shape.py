@@ -24,7 +24,7 @@ from datetime import datetime
 SEEDED_DAYS = 30
 # Share of DLQ items left unresolved (the others are resolved, with resolved_at).
 UNRESOLVED_SHARE = 0.3
-# Share of the newest tasks that are still in flight (queued, running, retry scheduled).
+# Share of the newest tasks that are still in flight (queued, running, retry scheduled) or cancelled.
 IN_FLIGHT_SHARE = 0.0015
 # Weighted choices are made by indexing an array of this many slots.
 SLOTS = 1000
@@ -124,7 +124,16 @@ RETRY_SCHEDULED_ERROR = ("http_503", TRANSIENT, "HTTP 503: service unavailable (
 
 # Tasks never dead-lettered: the newest are in flight, the rest succeeded.
 SUCCEEDED = Outcome("succeeded", 1)
-IN_FLIGHT_OUTCOMES = (Outcome("queued", 40), Outcome("running", 20), Outcome("retry_scheduled", 20), SUCCEEDED)
+# Cancelled tasks are finished but never dead-lettered (their steps were compensated): counted here.
+CANCELLED = Outcome("cancelled", 10)
+IN_FLIGHT_OUTCOMES = (
+    Outcome("queued", 40),
+    Outcome("running", 20),
+    Outcome("retry_scheduled", 20),
+    CANCELLED,
+    SUCCEEDED,
+)
+CANCEL_MESSAGE = "cancelled by client:seed: no longer needed"
 UNRESOLVED_OUTCOMES = (
     Outcome("failed", 60, "open"),
     Outcome("compensation_failed", 10, "open"),

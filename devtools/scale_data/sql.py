@@ -17,6 +17,7 @@ marker where each item's own message goes, plus the facts pages word it from
 from __future__ import annotations
 
 from devtools.scale_data.shape import (
+    CANCEL_MESSAGE,
     COMPENSATION_ERROR,
     COMPENSATION_ERROR_CODE,
     DETAILED_DLQ_TASKS,
@@ -104,6 +105,7 @@ def sql_params(plan: SeedPlan) -> dict:
         "resolved_slots": _slots(RESOLVED_OUTCOMES, OUTCOMES),
         "compensation_code": COMPENSATION_ERROR_CODE,
         "compensation_error": COMPENSATION_ERROR,
+        "cancel_message": CANCEL_MESSAGE,
         "retry_error": list(RETRY_SCHEDULED_ERROR),
         "failure_states": list(FAILURE_STATES),
     }
@@ -185,7 +187,7 @@ def _task_rows(plan: SeedPlan, source: str) -> str:
 TASK_COLUMNS = """id, pipeline, input, state, current_step, total_steps, step_attempt, total_attempts, generation,
     deadline, retry_at, lease_owner, lease_expires_at, fencing_token, crash_count, in_dlq, result, failure_reason,
     failure_code, failure_message, failed_step, client_id, idempotency_scope, idempotency_key, request_fingerprint,
-    created_at, updated_at, finished_at"""
+    created_at, updated_at, finished_at, cancel_requested_at, cancel_requested_by, cancel_reason"""
 
 
 def tasks_insert(plan: SeedPlan) -> str:
@@ -204,10 +206,13 @@ def tasks_insert(plan: SeedPlan) -> str:
         is_dlq AND last_status <> 'resolved',
         CASE WHEN state = 'succeeded' THEN jsonb_build_object('ok', true, 'steps', total_steps) END,
         CASE WHEN state = 'compensation_failed' THEN 'compensation_failed'
+            WHEN state = 'cancelled' THEN 'cancelled'
             WHEN state = ANY(%(failure_states)s) THEN mode_reason ELSE '' END,
         CASE WHEN state = 'compensation_failed' THEN %(compensation_code)s
+            WHEN state = 'cancelled' THEN 'cancelled'
             WHEN state = ANY(%(failure_states)s) THEN mode_code ELSE '' END,
         CASE WHEN state = 'compensation_failed' THEN compensation_message
+            WHEN state = 'cancelled' THEN %(cancel_message)s
             WHEN state = ANY(%(failure_states)s) THEN message ELSE '' END,
         CASE WHEN state = ANY(%(failure_states)s) THEN mode_step ELSE '' END,
         NULL,
@@ -216,7 +221,10 @@ def tasks_insert(plan: SeedPlan) -> str:
         '',
         created_at,
         COALESCE(finished_at, CASE WHEN is_dlq THEN failed_at ELSE created_at END),
-        finished_at
+        finished_at,
+        CASE WHEN state = 'cancelled' THEN finished_at - interval '1 second' END,
+        CASE WHEN state = 'cancelled' THEN 'client:seed' ELSE '' END,
+        CASE WHEN state = 'cancelled' THEN 'no longer needed' ELSE '' END
     FROM (
         SELECT r.*,
             CASE WHEN state = 'succeeded' THEN total_steps
@@ -227,7 +235,7 @@ def tasks_insert(plan: SeedPlan) -> str:
                 WHEN state = 'retry_scheduled' THEN 1 + floor(u_time * 3)::int
                 ELSE 1 END AS step_attempt,
             CASE WHEN state = 'succeeded' AND is_dlq THEN last_resolved_at
-                WHEN state = 'succeeded' THEN created_at + interval '1 second' * (2 + 300 * u_time)
+                WHEN state IN ('succeeded', 'cancelled') THEN created_at + interval '1 second' * (2 + 300 * u_time)
                 WHEN state IN ('failed', 'compensating') THEN failed_at
                 WHEN state IN ('compensated', 'compensation_failed') THEN failed_at + interval '20 seconds'
             END AS finished_at

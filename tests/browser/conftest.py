@@ -14,6 +14,10 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCREENSHOTS = ROOT / "var" / "screenshots"
+# The README's screenshots: written by the browser tests, so they show the console as it is.
+DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"
+# The tallest page a README screenshot shows whole (the dashboard's charts are below the fold).
+MAX_SCREENSHOT_HEIGHT = 4200
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
@@ -69,6 +73,18 @@ def screenshot(driver, name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     driver.save_screenshot(str(path))
+    return path
+
+
+def docs_screenshot(driver, name: str) -> Path:
+    """A screenshot of the whole page (up to MAX_SCREENSHOT_HEIGHT) for the README, in docs/screenshots/."""
+    width = driver.execute_script("return window.outerWidth")
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(width, min(height + 140, MAX_SCREENSHOT_HEIGHT))
+    DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = DOCS_SCREENSHOTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    driver.set_window_size(1400, 1000)
     return path
 
 

@@ -4,7 +4,6 @@ a dashboard that refreshes itself. Writes the README's screenshots (docs/screens
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -21,31 +20,15 @@ from dlq.roles import roles_setup
 from tasks.models import AttemptOutcome, StepAttempt, Task, TaskState
 from tasks.runner import task_run
 from tasks.services import task_submit
-from tests.browser.conftest import PASSWORD, log_in
+from tests.browser.conftest import PASSWORD, docs_screenshot, log_in
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"
 LONG_ERROR = "upstream-said-no:" + "x" * 2000  # no space to break at
 LONG_CODE = "E" * 100  # the longest error code a row holds, no space either
 LONG_WORKER = "worker-" + "w" * 150
-# The tallest page a screenshot shows whole (the dashboard's charts are below the fold).
-MAX_SCREENSHOT_HEIGHT = 4200
 LANGUAGES = {"en": ("en-US", "Reliability Console"), "zh-hans": ("zh-CN", "可靠性控制台")}
-
-
-def page_screenshot(driver, name: str) -> Path:
-    """A screenshot of the whole page (up to MAX_SCREENSHOT_HEIGHT), for the README."""
-    width = driver.execute_script("return window.outerWidth")
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(width, min(height + 140, MAX_SCREENSHOT_HEIGHT))
-    DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = DOCS_SCREENSHOTS / f"{name}.png"
-    driver.save_screenshot(str(path))
-    driver.set_window_size(1400, 1000)
-    return path
 
 
 @pytest.fixture
@@ -114,7 +97,7 @@ def test_the_console_looks_like_the_product(browser_factory, live_server, consol
     wait.until(lambda d: d.find_element(By.ID, "ops-refresh-toggle").text)  # the script has run
     viewport = driver.execute_script("return document.documentElement.clientWidth")
     assert driver.execute_script("return document.documentElement.scrollWidth") <= viewport
-    page_screenshot(driver, f"dashboard{suffix}")
+    docs_screenshot(driver, f"dashboard{suffix}")
 
     # The DLQ item: labels in the reader's language, the input as indented JSON.
     item = console["item"]
@@ -129,7 +112,7 @@ def test_the_console_looks_like_the_product(browser_factory, live_server, consol
         assert "步骤 'parked_finish' 因永久性错误失败" in labels
     else:
         assert "Failing step" in labels and "Step 'parked_finish' failed with a permanent error" in labels
-    page_screenshot(driver, f"dlq-item{suffix}")
+    docs_screenshot(driver, f"dlq-item{suffix}")
     driver.get(f"{live_server.url}/admin/dlq/dlqitem/{console['long_error_item'].pk}/change/")
     viewport = driver.execute_script("return document.documentElement.clientWidth")
     assert driver.execute_script("return document.documentElement.scrollWidth") <= viewport
@@ -142,7 +125,7 @@ def test_the_console_looks_like_the_product(browser_factory, live_server, consol
     viewport = driver.execute_script("return document.documentElement.clientWidth")
     assert driver.execute_script("return arguments[0].scrollWidth", timeline) <= viewport
     assert driver.execute_script("return document.documentElement.scrollWidth") <= viewport
-    page_screenshot(driver, f"task-page{suffix}")
+    docs_screenshot(driver, f"task-page{suffix}")
 
 
 def open_total(driver) -> int:

@@ -14,7 +14,7 @@ from dlq.roles import roles_setup
 from tasks.models import Task
 from tasks.runner import task_run
 from tasks.services import task_submit
-from tests.browser.conftest import PASSWORD, log_in, screenshot
+from tests.browser.conftest import PASSWORD, docs_screenshot, log_in, screenshot
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
@@ -56,7 +56,7 @@ def test_an_operator_triages_a_failure_group_and_retries_an_item(
     driver.get(f"{live_server.url}/admin/dlq/dlqitem/")
     driver.find_element(By.LINK_TEXT, "t_parked").click()
     wait.until(EC.url_contains("t_parked"))
-    screenshot(driver, "dlq-list")
+    docs_screenshot(driver, "dlq-list")
     driver.find_element(By.CSS_SELECTOR, "#failure-groups a.open-group").click()
     wait.until(EC.url_contains("fingerprint="))
     assert len(driver.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")) == 3
@@ -68,7 +68,7 @@ def test_an_operator_triages_a_failure_group_and_retries_an_item(
     preview = wait.until(EC.presence_of_element_located((By.ID, "retry-preview")))
     assert len(preview.find_elements(By.CSS_SELECTOR, "tr.skipped")) == 2
     assert len(preview.find_elements(By.CSS_SELECTOR, "tr.runs-again")) == 1
-    screenshot(driver, "retry-preview")
+    docs_screenshot(driver, "retry-preview")
     driver.find_element(By.ID, "id_reason").send_keys("upstream fixed in OPS-42")
     driver.find_element(By.ID, "confirm").click()
     message = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "ul.messagelist li.success")))

@@ -66,6 +66,9 @@ DATA = ("root", "the far side refused", "refused", "charge", "upstream fixed", "
 # A token that holds one of these is an identifier or a number, not a word: t_local, 2026-12-01, 10:31, a@b.c …
 IDENTIFIER = re.compile(r"[_\d/:@.=#%?&+]|[A-Za-z]-[A-Za-z]|^-")
 WORD = re.compile(r"[A-Za-z]{3,}")
+# Latin letters glued to a Chinese character: an English plural or suffix put on a translated name ("API 客户端s",
+# what Django writes when a model has no translated verbose_name_plural). Too short for WORD, and never data.
+GLUED = re.compile(r"(?<=[\u3400-\u9fff])[A-Za-z]+|[A-Za-z]+(?=[\u3400-\u9fff])")
 SHOWN_ATTRIBUTES = ("title", "placeholder", "aria-label", "alt")
 SKIPPED_ELEMENTS = {"script", "style", "pre", "code"}
 
@@ -107,6 +110,7 @@ def english_words(html: str, data: tuple[str, ...] = ()) -> set[str]:
         for value in sorted((*DATA, *data), key=len, reverse=True):
             text = text.replace(value, " ")
         for token in text.split():
+            found.update(f"{token} (glued)" for glued in GLUED.findall(token) if glued not in ALLOWED_WORDS)
             if IDENTIFIER.search(token):
                 continue
             found.update(word for word in WORD.findall(token) if word not in ALLOWED_WORDS)
@@ -240,6 +244,8 @@ def test_the_detector_finds_english_and_lets_identifiers_through():
         '<a title="Open the item">x</a><pre>{"topic": "q3"}</pre><script>var refresh = 1;</script>'
     )
     assert english_words(html) == {"Save", "Open", "the", "item"}
+    # An English plural on a translated model name, as Django builds it without a verbose_name_plural.
+    assert english_words("<h1>选择 API 客户端s 来修改</h1><p>共 3 个DLQ条目</p>") == {"客户端s (glued)"}
 
 
 def test_the_same_dead_letter_reads_in_english_and_in_chinese(client, seeded):

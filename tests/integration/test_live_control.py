@@ -145,6 +145,14 @@ def test_a_running_task_stops_at_its_next_boundary_and_its_completed_steps_are_c
     assert _compensated(task) == ["c_two", "c_one"]
 
 
+def test_a_step_that_fails_after_its_task_was_cancelled_ends_the_task_cancelled_not_failed():
+    task = task_submit(pipeline="t_cancellable", input={"cancel_during": "c_two", "fail_in": "c_two"})
+    assert task_run(task_id=str(task.pk), worker="w1") == TaskState.CANCELLED
+    assert _compensated(task) == ["c_one"]
+    assert not DeadLetter.objects.filter(task=task).exists()
+    assert _reload(task).failure_reason == FailureReason.CANCELLED
+
+
 def test_a_retry_scheduled_task_is_cancelled_at_once_and_its_completed_step_compensated():
     task = task_submit(pipeline="t_flaky_first", input={})
     assert task_run(task_id=str(task.pk), worker="w1") == TaskState.RETRY_SCHEDULED
