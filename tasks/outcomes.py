@@ -73,6 +73,7 @@ TASK_HOLD_FIELDS = [
     "state",
     "hold",
     "retry_at",
+    "fencing_token",
     "lease_owner",
     "lease_expires_at",
     "step_attempt",
@@ -390,11 +391,10 @@ def task_held(*, task: Task, hold: str, until: datetime | None = None) -> None:
     """
     was_running = task.state == TaskState.RUNNING
     with transaction.atomic():
-        token = task.fencing_token
         task.hold_back(hold=hold, until=until)
         task_save_guarded(task, TASK_HOLD_FIELDS)
         if until is not None:
-            deliver_on_commit(task.pk, token, when=until, pipeline=task.pipeline)
+            deliver_on_commit(task.pk, task.fencing_token, when=until, pipeline=task.pipeline)
         else:
             limits.hold_recheck(task_id=task.pk, pipeline=task.pipeline, hold=hold)
         if was_running:
