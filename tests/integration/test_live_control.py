@@ -76,12 +76,17 @@ def _queued_job_ids() -> set[str]:
 
 def test_a_queued_task_is_cancelled_at_once_and_its_job_finds_nothing_to_do():
     seen = []
-    cancel_requested.connect(lambda **kw: seen.append((kw["actor"], kw["state_before"])), weak=False)
+
+    def receiver(**kw):
+        seen.append((kw["actor"], kw["state_before"]))
+
+    cancel_requested.connect(receiver)
     try:
         task = task_submit(pipeline="t_cancellable", input={})
         result = task_cancel(task_id=task.pk, actor="client:billing", reason="customer asked")
     finally:
-        cancel_requested.receivers.clear()
+        # Only this test's receiver: the console's audit receiver stays connected for the tests after it.
+        cancel_requested.disconnect(receiver)
     task = _reload(task)
     assert result.requested_now
     assert task.state == TaskState.CANCELLED
