@@ -16,6 +16,7 @@ import uuid
 import pytest
 import requests
 
+from dlq.models import AuditEntry
 from tasks import cancellation
 from tasks.clients import api_client_create
 from tasks.delivery import get_queue, job_id
@@ -100,6 +101,13 @@ def steps_called(platform, task_id) -> set[str]:
     }
 
 
+def cancel_audit(task_id) -> list[tuple[str, str, str, str, str]]:
+    """The audit log's entries for the task (the console's receiver of ``cancel_requested`` writes them)."""
+    return list(
+        AuditEntry.objects.filter(task_id=task_id).values_list("action", "actor", "state_before", "reason", "outcome")
+    )
+
+
 def assert_all_refunded(platform, task_id) -> None:
     charges = [charge for charge in platform.state()["charges"].values() if charge["task_id"] == str(task_id)]
     assert charges and all(charge["refunded"] for charge in charges), charges
@@ -128,8 +136,8 @@ def test_a_queued_task_is_cancelled_at_once_its_job_does_nothing_and_a_finished_
     task = Task.objects.get(pk=task_id)
     assert (task.state, task.failure_reason, task.cancel_requested_by) == ("cancelled", "cancelled", "client:owner")
     assert task.failure_message == "cancelled by client:owner: customer asked"
-    # TODO(issue14-console): one audit entry for the two requests, once the console's cancel_requested receiver
-    # is merged: assert AuditEntry.objects.filter(task_id=task_id).count() == 1 (action, actor "client:owner").
+    # One cancel, one audit entry, written by the API server's process in the cancel's transaction.
+    assert cancel_audit(task_id) == [("task_cancelled", "client:owner", "queued", "customer asked", "succeeded")]
 
     # Its job is still in Redis: a real worker takes it (and drops it: no result is kept), finding nothing to do.
     assert delivery in get_queue().get_job_ids()
@@ -174,7 +182,9 @@ def test_a_retry_scheduled_task_is_cancelled_at_once_and_its_completed_step_comp
     assert steps_started(task_id) == ["lc_one", "lc_two"]
     assert platform_steps(platform, task_id, "charge") == ["lc_one"]
     assert steps_called(platform, task_id) == {"lc_one", "lc_two"}
-    # TODO(issue14-console): assert AuditEntry.objects.filter(task_id=task_id).count() == 1.
+    assert cancel_audit(task_id) == [
+        ("task_cancelled", "client:owner", "retry_scheduled", "no longer needed", "succeeded")
+    ]
 
 
 def _cancelled_while_waiting(platform, task_id, pool) -> Task:
@@ -222,7 +232,7 @@ def test_a_running_task_waiting_at_the_platform_is_interrupted_by_the_cancel_com
     assert effects.get("work") == EffectStatus.COMPENSATED
     again = cancel(server, owner, task_id, reason="again")
     assert again.status_code == 200 and again.json()["cancel"]["reason"] == "stop now"
-    # TODO(issue14-console): assert AuditEntry.objects.filter(task_id=task_id).count() == 1.
+    assert cancel_audit(task_id) == [("task_cancelled", "client:owner", "running", "stop now", "succeeded")]
 
 
 def test_a_sleeping_step_is_interrupted_by_the_heartbeat_when_the_cancel_command_is_lost(
@@ -245,3 +255,4 @@ def test_a_sleeping_step_is_interrupted_by_the_heartbeat_when_the_cancel_command
     assert result.requested_now and result.state_before == "running"
     task = _cancelled_while_waiting(platform, task_id, pool)
     assert task.failure_message == "cancelled by operator:olga: wrong customer"
+    assert cancel_audit(task_id) == [("task_cancelled", "operator:olga", "running", "wrong customer", "succeeded")]

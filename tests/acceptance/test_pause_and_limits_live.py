@@ -18,6 +18,7 @@ import pytest
 from django.db import connection
 from rq import Worker
 
+from dlq.models import AuditEntry
 from tasks.delivery import get_queue, redis_client
 from tasks.models import AttemptKind, AttemptOutcome, RatePermit, StepAttempt, Task
 from tasks.pipeline_controls import pipeline_limits_reset, pipeline_limits_set, pipeline_pause, pipeline_resume
@@ -25,6 +26,12 @@ from tasks.services import task_submit
 from tests.support import pid_of_owner, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
+
+
+def pipeline_audit(pipeline: str) -> list[tuple[str, str, str]]:
+    """The audit log's entries for the pipeline, oldest first (the console's receiver of the control signal)."""
+    entries = AuditEntry.objects.filter(target_type="pipeline", target_id=pipeline).order_by("created_at", "id")
+    return list(entries.values_list("action", "actor", "reason"))
 
 
 def submit_many(pipeline: str, count: int, **input_) -> list[str]:
@@ -126,6 +133,10 @@ def test_tasks_submitted_while_paused_wait_unstarted_all_succeed_after_resume_an
     assert finished == [("", 2)] * 50
     assert StepAttempt.objects.filter(task_id__in=task_ids, outcome=AttemptOutcome.SUCCEEDED).count() == 100
     assert len(work_intervals(task_ids, platform)) == 100
+    assert pipeline_audit("t_live_work") == [
+        ("pipeline_paused", "supervisor:sam", "the platform is in maintenance"),
+        ("pipeline_resumed", "supervisor:sam", "maintenance over"),
+    ]
 
 
 # --- concurrency ----------------------------------------------------------------------------------------------------
@@ -275,3 +286,8 @@ def test_a_supervisors_limit_change_applies_to_the_next_claims_until_reset(start
     declared = submit_many("t_live_limited", 10, ms=150)
     all_succeeded(declared, pool)
     assert most_at_once(work_intervals(declared, platform)) == 2
+    assert [action for action, _, _ in pipeline_audit("t_live_limited")] == [
+        "pipeline_limits_set",
+        "pipeline_limits_set",
+        "pipeline_limits_reset",
+    ]
