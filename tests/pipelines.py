@@ -377,9 +377,10 @@ def rated_b(ctx):
     return None
 
 
-# Live control against real workers (issue #14 acceptance). Four steps, each charging the platform (undone by a
-# refund); a step named in input "work_ms" first does that much work at the platform, one named in "sleep_s"
-# sleeps first: the slow step a cancel interrupts. Retries wait long, so a retry-scheduled task stays so.
+# Live control against real workers (issue #14 acceptance). Four steps, each charging the platform, undone by
+# http_pay's refund (which replays the charge when the step's effect is uncertain). A step named in input
+# "work_ms" first does that much work at the platform, one named in "sleep_s" sleeps first: the slow step a
+# cancel interrupts. Retries wait long, so a retry-scheduled task stays so.
 live_cancel = Pipeline("t_live_cancel", retry=RetryPolicy(max_attempts=3, base_delay=30, max_delay=60, jitter=False))
 
 
@@ -402,21 +403,9 @@ def _live_charge_step(name: str):
     return step
 
 
-def _live_refund(ctx):
-    charge_id = (ctx.output or {}).get("charge_id")
-    if charge_id is None:
-        # Interrupted (its effect uncertain): the charge replayed under its own key says what the platform did.
-        response = ctx.http.post(
-            f"{_platform_url()}/v1/quota/charges", json={"user_id": ctx.input["user_id"], "units": 1}, effect="charge"
-        )
-        response.raise_for_status()
-        charge_id = response.json()["charge_id"]
-    ctx.http.post(f"{_platform_url()}/v1/quota/charges/{charge_id}/refund", json={}, effect="refund").raise_for_status()
-
-
 LIVE_CANCEL_STEPS = ("lc_one", "lc_two", "lc_three", "lc_four")
 for _name in LIVE_CANCEL_STEPS:
-    live_cancel.step(_live_charge_step(_name), compensate=_live_refund, timeout=120)
+    live_cancel.step(_live_charge_step(_name), compensate=http_pay_refund, timeout=120)
 
 
 def _work_step(pipeline: Pipeline, name: str):
