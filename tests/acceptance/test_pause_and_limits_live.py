@@ -110,8 +110,6 @@ def test_tasks_submitted_while_paused_wait_unstarted_all_succeed_after_resume_an
     assert held == [("queued", "paused", 0, 0)] * 50
     assert not StepAttempt.objects.filter(task_id__in=task_ids).exists()
     assert platform.calls() == []
-    # Held, not spun on: no worker is busy with them.
-    assert [worker.get_state() for worker in Worker.all(connection=redis_client())] == ["idle", "idle"]
 
     # Deadlines keep running: the sweeper lets the late task through, and its claim fails it before any step
     # (and, nothing done, there is nothing to compensate: compensation is never held back by a pause).
@@ -123,8 +121,19 @@ def test_tasks_submitted_while_paused_wait_unstarted_all_succeed_after_resume_an
     assert (failed.failure_reason, failed.failed_step) == ("deadline_exceeded", "work_one")
     assert not StepAttempt.objects.filter(task_id=late).exists()
 
-    # The others still wait, as they were.
+    # The others still wait, as they were: held, not spun on. No job waits or is scheduled for them, and no
+    # worker is busy with them (once the late task's job has returned).
     assert list(Task.objects.filter(pk__in=task_ids).values_list("hold", "total_attempts")) == [("paused", 0)] * 50
+    queue = get_queue()
+    wait_for(
+        lambda: (
+            queue.count == 0
+            and queue.scheduled_job_registry.count == 0
+            and [worker.get_state() for worker in Worker.all(connection=redis_client())] == ["idle", "idle"]
+        ),
+        timeout=10,
+        message="both workers idle, no job for the held tasks",
+    )
 
     pipeline_resume(pipeline="t_live_work", actor="supervisor:sam", reason="maintenance over")
     all_succeeded(task_ids, pool)
