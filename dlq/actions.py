@@ -16,6 +16,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from dlq.audit import REASON_MAX_LENGTH, audit_denied, audit_record
+from dlq.control_audit import LIVE_ACTION_LABELS
 from dlq.models import AuditOutcome, DLQItem, DLQStatus, ResolutionCode
 from tasks.exceptions import ReliabilityError, TaskNotActionable
 from tasks.models import Task, TaskState
@@ -70,6 +71,13 @@ ACTIONS: dict[str, OperatorAction] = {
         OperatorAction("close", _("Close"), "dlq.close_dlqitem", CLOSABLE_STATES),
     )
 }
+
+
+def action_label(code: str) -> str:
+    """An audited action's name in the reader's language (a dead-letter action's, a live control's); others keep
+    their code."""
+    spec = ACTIONS.get(code)
+    return str(spec.label if spec else LIVE_ACTION_LABELS.get(code, code))
 
 
 class ActionRefused(ReliabilityError):

@@ -25,7 +25,13 @@ from tasks.models import StepAttempt, Task, TaskState
 # The charts cover this many hours, one point per minute.
 ACTIVITY_HOURS = 3
 # The outcomes of a finished task, in the order the chart's legend lists them.
-OUTCOMES = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.COMPENSATED, TaskState.COMPENSATION_FAILED)
+OUTCOMES = (
+    TaskState.SUCCEEDED,
+    TaskState.FAILED,
+    TaskState.COMPENSATED,
+    TaskState.COMPENSATION_FAILED,
+    TaskState.CANCELLED,
+)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ class DlqConfig(AppConfig):
     def ready(self) -> None:
         # The console composes the engine: it registers its pipeline, its RQ
         # entry point and its sweeper chores in every process (web, workers,
-        # the sweeper), whatever RELIABILITY_PIPELINE_MODULES says.
-        from dlq import chores
+        # the sweeper), whatever RELIABILITY_PIPELINE_MODULES says, and audits
+        # every cancel and pipeline control change, whoever asked for it.
+        from dlq import chores, control_audit
         from dlq.alerting import pipeline
         from dlq.bulk import RUN_BULK_ENTRY_POINT
         from tasks.jobs import entry_point_register
@@ -18,3 +19,4 @@ class DlqConfig(AppConfig):
         pipeline.register()
         entry_point_register(RUN_BULK_ENTRY_POINT)
         chores.chores_register()
+        control_audit.receivers_connect()

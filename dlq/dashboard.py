@@ -1,5 +1,5 @@
-"""Reads for the operator dashboard: task states, dead letters, queues, workers, the sweeper, operator actions,
-the data held and the retention purges.
+"""Reads for the operator dashboard: task states, dead letters, queues, workers, paused pipelines and held tasks,
+the sweeper, operator actions, the data held and the retention purges.
 
 Each figure is one aggregate query bounded by a time window or by DLQ status,
 on an indexed column, so the page costs the same few queries whether the
@@ -26,22 +26,26 @@ from django.utils.translation import ngettext
 from redis.exceptions import RedisError
 from rq import Worker
 
-from dlq.actions import ACTIONS
+from dlq.actions import action_label
 from dlq.activity import MinuteActivity, minute_activity
 from dlq.audit import AUDIT_PURGE_KIND
 from dlq.models import AlertEvent, AlertRule, AlertState, AuditEntry, AuditOutcome, DLQItem, DLQStatus
 from dlq.selectors import FailureGroup
 from tasks.delivery import QueueBacklog, get_queue, queue_backlogs
+from tasks.limits import held_counts
 from tasks.models import (
     Checkpoint,
     IdempotencyRecord,
+    PipelineControl,
     RetentionPurge,
     SideEffect,
     StepAttempt,
     SweeperHeartbeat,
     Task,
+    TaskHold,
     TaskState,
 )
+from tasks.pipeline_controls import paused_pipelines
 from tasks.queues import queue_names
 from tasks.retention import TASKS_KIND
 
@@ -281,6 +285,57 @@ def sweeper_status(*, now: dt.datetime) -> SweeperStatus:
     return SweeperStatus(as_of=now, last_run_at=last_run_at, stale_after=stale_after)
 
 
+# --- live control: paused pipelines, held tasks ----------------------------------------
+
+
+@dataclass(frozen=True)
+class HeldTasks:
+    pipeline: str
+    hold: str
+    label: str
+    count: int
+
+
+@dataclass(frozen=True)
+class PausedPipeline:
+    control: PipelineControl
+    held: int  # tasks of the pipeline held back (by the pause or its limits)
+
+
+@dataclass(frozen=True)
+class LiveControl:
+    paused: list[PausedPipeline]  # longest paused first
+    held: list[HeldTasks]  # per pipeline and hold reason, the largest first
+
+    @property
+    def held_total(self) -> int:
+        return sum(row.count for row in self.held)
+
+
+def live_control() -> LiveControl:
+    """Paused pipelines (who, since when, why) and held tasks per pipeline and reason: two small queries.
+
+    Control rows are one per pipeline ever controlled; held tasks are counted
+    through ``task_held_idx``, which holds only them.
+    """
+    counts = held_counts()
+    labels = dict(TaskHold.choices)
+    held = sorted(
+        (
+            HeldTasks(pipeline=pipeline, hold=hold, label=str(labels.get(hold, hold)), count=count)
+            for (pipeline, hold), count in counts.items()
+        ),
+        key=lambda row: (-row.count, row.pipeline, row.hold),
+    )
+    per_pipeline: dict[str, int] = {}
+    for row in held:
+        per_pipeline[row.pipeline] = per_pipeline.get(row.pipeline, 0) + row.count
+    paused = [
+        PausedPipeline(control=control, held=per_pipeline.get(control.pipeline, 0)) for control in paused_pipelines()
+    ]
+    return LiveControl(paused=paused, held=held)
+
+
 # --- operator actions --------------------------------------------------------------
 
 
@@ -325,7 +380,7 @@ def operator_activity(*, now: dt.datetime) -> OperatorActivity:
     rows = [
         ActionOutcomeCounts(
             action=action,
-            label=ACTIONS[action].label if action in ACTIONS else action,
+            label=action_label(action),
             counts=tuple(by_outcome.get(value, 0) for value, _label in outcomes),
         )
         for action, by_outcome in sorted(counts.items())
@@ -460,6 +515,7 @@ class Dashboard:
     growth: HourlyGrowth
     activity: MinuteActivity  # tasks finished and retries per minute (dlq.activity)
     queue: QueueFigures
+    live_control: LiveControl
     sweeper: SweeperStatus
     operator_activity: OperatorActivity
     alerts: AlertsOverview
@@ -476,6 +532,7 @@ def dashboard_snapshot(*, now: dt.datetime | None = None) -> Dashboard:
         growth=dlq_hourly_growth(now=now),
         activity=minute_activity(now=now),
         queue=queue_figures(),
+        live_control=live_control(),
         sweeper=sweeper_status(now=now),
         operator_activity=operator_activity(now=now),
         alerts=alerts_overview(),

@@ -1,4 +1,4 @@
-"""The task lifecycle (ARCHITECTURE.md section 3) drawn as an inline SVG, the current state highlighted.
+"""The task lifecycle (ARCHITECTURE.md section 4) drawn as an inline SVG, the current state highlighted.
 
 Pure presentation: no database, no user data. Every text in the drawing is a
 state label or a transition label from this module (translated, then escaped),
@@ -17,8 +17,10 @@ from tasks.models import TaskState
 BOX_WIDTH = 164
 BOX_HEIGHT = 36
 WIDTH = 960
-HEIGHT = 370
+HEIGHT = 394
 LINE_HEIGHT = 13
+# Everything is drawn this far down: the cancel of a queued task runs along the top margin, above the boxes.
+TOP_MARGIN = 24
 
 # Fill of the highlighted state; the others are outlined only, so the drawing reads in light and dark themes.
 STATE_COLOURS = {
@@ -30,6 +32,7 @@ STATE_COLOURS = {
     TaskState.COMPENSATING: "#7c3aed",
     TaskState.COMPENSATED: "#0f766e",
     TaskState.COMPENSATION_FAILED: "#7f1d1d",
+    TaskState.CANCELLED: "#475569",
 }
 
 # Centre of each state's box.
@@ -42,6 +45,7 @@ POSITIONS = {
     TaskState.COMPENSATING: (640, 270),
     TaskState.COMPENSATED: (860, 210),
     TaskState.COMPENSATION_FAILED: (860, 330),
+    TaskState.CANCELLED: (640, 160),
 }
 
 
@@ -72,7 +76,7 @@ TRANSITIONS = (
         TaskState.FAILED,
         (_("permanent error,"), _("attempts exhausted,"), _("deadline passed,"), _("crash loop")),
         "M400,68 V250",
-        (412, 130),
+        (412, 174),
         "start",
     ),
     Transition(
@@ -90,6 +94,34 @@ TRANSITIONS = (
         (_("operator retry from DLQ"),),
         "M318,270 H100 V70",
         (209, 288),
+    ),
+    # A cancel (tasks.cancellation): at once when nothing runs, at the next step boundary when running. A task
+    # with completed steps undoes them first (COMPENSATING), unless its pipeline parks cancels for an operator.
+    Transition(TaskState.QUEUED, TaskState.CANCELLED, (_("cancel"),), "M100,32 V10 H900 V160 H724", (500, 4)),
+    Transition(TaskState.RETRY_SCHEDULED, TaskState.CANCELLED, (_("cancel"),), "M332,160 H556", (480, 154)),
+    Transition(
+        TaskState.RUNNING,
+        TaskState.CANCELLED,
+        (_("cancel, at the next"), _("step boundary")),
+        "M470,68 L578,142",
+        (536, 92),
+        "start",
+    ),
+    Transition(
+        TaskState.COMPENSATING,
+        TaskState.CANCELLED,
+        (_("cancelled task's"), _("steps undone")),
+        "M628,252 V180",
+        (620, 196),
+        "end",
+    ),
+    Transition(
+        TaskState.CANCELLED,
+        TaskState.COMPENSATING,
+        (_("operator"), _("compensates")),
+        "M652,178 V250",
+        (660, 208),
+        "start",
     ),
 )
 
@@ -162,7 +194,8 @@ def lifecycle_svg(current_state: str) -> str:
         '<path d="M0,0 L10,5 L0,10 z" fill="currentColor"/></marker>'
         "</defs>",
     ]
+    parts.append(f'<g transform="translate(0,{TOP_MARGIN})">')
     parts.extend(_transition(transition, current_state) for transition in TRANSITIONS)
     parts.extend(_state_box(state, state.value == current_state) for state in TaskState)
-    parts.append("</svg>")
+    parts.append("</g></svg>")
     return "".join(parts)

@@ -7,8 +7,9 @@ of the host through ``PROMETHEUS_MULTIPROC_DIR`` when it is set.
 
 Every query here is bounded: tasks are counted only in non-terminal states
 (``state`` index) plus those created in the last 24 hours (``created_at``
-index); DLQ figures read only unresolved items (partial index); the sweeper
-and channel tables hold a few rows.
+index); DLQ figures read only unresolved items (partial index); held tasks
+through ``task_held_idx``, which holds only them; the sweeper, channel and
+pipeline control tables hold a few rows.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from dlq.models import UNRESOLVED_STATUSES, AlertChannel, AlertRule, AlertState, DLQItem
-from tasks.models import TERMINAL_STATES, SweeperHeartbeat, Task, TaskState
+from tasks import registry
+from tasks.limits import held_counts
+from tasks.models import TERMINAL_STATES, PipelineControl, SweeperHeartbeat, Task, TaskState
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +43,7 @@ class StateCollector:
     def collect(self):
         now = timezone.now()
         yield from self._tasks(now)
+        yield from self._live_control()
         yield from self._dlq(now)
         yield from self._queue(now)
         yield from self._sweeper(now)
@@ -72,6 +76,26 @@ class StateCollector:
         ):
             recent.add_metric([pipeline, state], count)
         yield recent
+
+    def _live_control(self):
+        paused = GaugeMetricFamily(
+            "reliability_pipeline_paused",
+            "1 while a pipeline is paused, else 0 (every registered pipeline, and any other ever paused or limited).",
+            labels=["pipeline"],
+        )
+        rows = dict(PipelineControl.objects.values_list("pipeline", "paused"))
+        for name in sorted(set(rows) | {pipeline.name for pipeline in registry.all_pipelines()}):
+            paused.add_metric([name], 1 if rows.get(name) else 0)
+        yield paused
+        held = GaugeMetricFamily(
+            "reliability_tasks_held",
+            "Queued tasks held back by their pipeline's pause or limits (no job, attempts unused), by pipeline and "
+            "hold (paused, concurrency, rate).",
+            labels=["pipeline", "hold"],
+        )
+        for (pipeline, hold), count in sorted(held_counts().items()):
+            held.add_metric([pipeline, hold], count)
+        yield held
 
     def _dlq(self, now):
         open_items = GaugeMetricFamily(

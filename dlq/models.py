@@ -23,7 +23,7 @@ from dlq.alerting.models import (  # noqa: F401
     AlertRule,
     AlertState,
 )
-from tasks.models import UNRESOLVED_STATUSES, DeadLetter, DLQStatus, ResolutionCode  # noqa: F401
+from tasks.models import UNRESOLVED_STATUSES, DeadLetter, DLQStatus, ResolutionCode, Task  # noqa: F401
 
 
 class DLQItem(DeadLetter):
@@ -42,6 +42,23 @@ class DLQItem(DeadLetter):
             ("bulk_dlqitem", _("Can act on dead letters in bulk")),
             ("approve_bulk_dlqitem", _("Can approve another operator's bulk action")),
         ]
+
+
+class ConsoleTask(Task):
+    """A task as the console's operators act on it: the cancel permission hangs on this proxy.
+
+    The task pages stay on the engine's model (``/admin/tasks/task/``); the
+    proxy only carries the console's permission (``dlq.cancel_task``), as
+    ``DLQItem`` carries the dead-letter actions', so the engine needs no
+    permission of the console's.
+    """
+
+    class Meta:
+        proxy = True
+        verbose_name = _("task")
+        verbose_name_plural = _("tasks")
+        default_permissions = ()
+        permissions = [("cancel_task", _("Can cancel a task"))]
 
 
 class AuditOutcome(models.TextChoices):

@@ -18,12 +18,15 @@ VIEW = [
     "dlq.view_alertevent",
     "dlq.view_alertdelivery",
 ]
-OPERATE = ["dlq.retry_dlqitem", "dlq.close_dlqitem"]
+OPERATE = ["dlq.retry_dlqitem", "dlq.close_dlqitem", "dlq.cancel_task"]
 SUPERVISE = [
     "dlq.compensate_dlqitem",
     "dlq.retry_from_start_dlqitem",
     "dlq.bulk_dlqitem",
     "dlq.approve_bulk_dlqitem",
+    # Pausing a pipeline or changing its limits holds back every task of it: a supervisor's call.
+    "tasks.pause_pipeline",
+    "tasks.limit_pipeline",
     "tasks.view_apiclient",
     "tasks.change_apiclient",
     # Alert rules and channels are configuration: supervisors edit them.

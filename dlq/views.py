@@ -31,6 +31,7 @@ OUTCOME_COLOURS = {
     "failed": "#b91c1c",
     "compensated": "#0f766e",
     "compensation_failed": "#7c3aed",
+    "cancelled": "#475569",
 }
 RETRY_COLOUR = "#b45309"
 # How often the dashboard reloads its figures (the page's pause button stops it).

@@ -62,9 +62,16 @@ class RejectNulMiddleware:
         if _is_admin_filter(request) and NUL not in request.path:
             return self.get_response(request)  # a filter of an admin list: InvalidFilterMiddleware answers it
         in_url = NUL in request.path or _holds_nul(request.GET)
-        # Only forms are read here (the API's JSON bodies have their own checks);
-        # a form over the upload limit is left for Django to refuse as it does.
-        in_form = request.method == "POST" and _is_form(request) and not in_url and self._form_holds_nul(request)
+        # Only the console's forms are read here: the API takes JSON only, which it checks itself, and a form
+        # read here would leave an API view unable to read its body (a 500 where the API answers 415). A form
+        # over the upload limit is left for Django to refuse as it does.
+        in_form = (
+            request.method == "POST"
+            and not request.path.startswith("/api/")
+            and _is_form(request)
+            and not in_url
+            and self._form_holds_nul(request)
+        )
         if not (in_url or in_form):
             return self.get_response(request)
         where = "URL" if in_url else "form"

@@ -25,7 +25,8 @@ from tasks.models import PipelineControl, Task, TaskHold, TaskState
 
 logger = logging.getLogger(__name__)
 
-# Sent inside the change's transaction: sender=PipelineControl, control=, action=, actor=, reason=, before=, after=.
+# Sent inside the change's transaction: sender=PipelineControl, control=, action=, actor=, reason=, before=, after=,
+# client_ip= (the address the change came from, when it came over HTTP).
 pipeline_control_changed = Signal()
 REASON_MAX_LENGTH = 1000
 # Marks an argument a limits change leaves as it is.
@@ -50,7 +51,7 @@ class PipelineState:
         return bool(self.control and (self.control.concurrency_overridden or self.control.rate_overridden))
 
 
-def pipeline_pause(*, pipeline: str, actor: str, reason: str) -> PipelineControl:
+def pipeline_pause(*, pipeline: str, actor: str, reason: str, client_ip: str | None = None) -> PipelineControl:
     """Pause ``pipeline``: no step of it starts until it is resumed; submissions are still accepted."""
     with transaction.atomic():
         control, before = _locked(pipeline)
@@ -61,11 +62,11 @@ def pipeline_pause(*, pipeline: str, actor: str, reason: str) -> PipelineControl
         control.paused_by = actor[:150]
         control.pause_reason = _reason(reason)
         control.save()
-        _changed(control, "pipeline_paused", actor, reason, before)
+        _changed(control, "pipeline_paused", actor, reason, before, client_ip)
     return control
 
 
-def pipeline_resume(*, pipeline: str, actor: str, reason: str) -> PipelineControl:
+def pipeline_resume(*, pipeline: str, actor: str, reason: str, client_ip: str | None = None) -> PipelineControl:
     """Resume ``pipeline``: its held tasks start again, as far as its limits allow."""
     with transaction.atomic():
         control, before = _locked(pipeline)
@@ -73,13 +74,19 @@ def pipeline_resume(*, pipeline: str, actor: str, reason: str) -> PipelineContro
             raise PipelineControlRefused(f"pipeline {pipeline!r} is not paused")
         control.paused = False
         control.save()
-        _changed(control, "pipeline_resumed", actor, reason, before)
+        _changed(control, "pipeline_resumed", actor, reason, before, client_ip)
         transaction.on_commit(lambda: _release(pipeline))
     return control
 
 
 def pipeline_limits_set(
-    *, pipeline: str, actor: str, reason: str, max_concurrency: Any = UNCHANGED, rate_limit: Any = UNCHANGED
+    *,
+    pipeline: str,
+    actor: str,
+    reason: str,
+    max_concurrency: Any = UNCHANGED,
+    rate_limit: Any = UNCHANGED,
+    client_ip: str | None = None,
 ) -> PipelineControl:
     """Override ``pipeline``'s limits until reset; ``None`` means no limit, ``UNCHANGED`` keeps the current one.
 
@@ -103,12 +110,12 @@ def pipeline_limits_set(
             control.rate_limit = str(rate) if rate else ""
         _limits_stamp(control, actor)
         control.save()
-        _changed(control, "pipeline_limits_set", actor, reason, before)
+        _changed(control, "pipeline_limits_set", actor, reason, before, client_ip)
         transaction.on_commit(lambda: _release(pipeline))
     return control
 
 
-def pipeline_limits_reset(*, pipeline: str, actor: str, reason: str) -> PipelineControl:
+def pipeline_limits_reset(*, pipeline: str, actor: str, reason: str, client_ip: str | None = None) -> PipelineControl:
     """Go back to the limits ``pipeline``'s code declares."""
     with transaction.atomic():
         control, before = _locked(pipeline)
@@ -118,7 +125,7 @@ def pipeline_limits_reset(*, pipeline: str, actor: str, reason: str) -> Pipeline
         control.max_concurrency, control.rate_limit = None, ""
         _limits_stamp(control, actor)
         control.save()
-        _changed(control, "pipeline_limits_reset", actor, reason, before)
+        _changed(control, "pipeline_limits_reset", actor, reason, before, client_ip)
         transaction.on_commit(lambda: _release(pipeline))
     return control
 
@@ -203,7 +210,9 @@ def _limits_stamp(control: PipelineControl, actor: str) -> None:
     control.limits_changed_by = actor[:150]
 
 
-def _changed(control: PipelineControl, action: str, actor: str, reason: str, before: dict) -> None:
+def _changed(
+    control: PipelineControl, action: str, actor: str, reason: str, before: dict, client_ip: str | None
+) -> None:
     reason = _reason(reason)
     pipeline_control_changed.send(
         sender=PipelineControl,
@@ -213,6 +222,7 @@ def _changed(control: PipelineControl, action: str, actor: str, reason: str, bef
         reason=reason,
         before=before,
         after=_snapshot(control),
+        client_ip=client_ip,
     )
     logger.info(
         "pipeline control changed",

@@ -6,7 +6,15 @@ from django.contrib import admin
 from django.db.models.functions import Left, Length
 from django.utils.translation import gettext_lazy as _
 
-from dlq.admin.common import ActionFilter, DenialsAuditedMixin, action_label, detail_label, state_label
+from dlq.admin.common import (
+    ActionFilter,
+    DenialsAuditedMixin,
+    TargetTypeFilter,
+    action_label,
+    detail_label,
+    state_label,
+    target_label,
+)
 from dlq.audit import DETAIL_MAX_LENGTH, REASON_MAX_LENGTH, text_bounded
 from dlq.models import AuditEntry
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
@@ -23,14 +31,14 @@ class AuditEntryAdmin(DenialsAuditedMixin, ReadOnlyAdminMixin, admin.ModelAdmin)
         "created_at",
         "actor",
         "action_label",
-        "target_type",
+        "target_type_label",
         "target_id",
         "outcome",
         "state_before_label",
         "state_after_label",
         "reason_start",
     )
-    list_filter = ("outcome", ActionFilter, "target_type")
+    list_filter = ("outcome", ActionFilter, TargetTypeFilter)
     search_fields = ("=actor", "=target_id", "=task_id")
     paginator = CappedCountPaginator
     show_full_result_count = False
@@ -39,7 +47,7 @@ class AuditEntryAdmin(DenialsAuditedMixin, ReadOnlyAdminMixin, admin.ModelAdmin)
         "created_at",
         "actor",
         "action_label",
-        "target_type",
+        "target_type_label",
         "target_id",
         "task_id",
         "state_before_label",
@@ -81,6 +89,10 @@ class AuditEntryAdmin(DenialsAuditedMixin, ReadOnlyAdminMixin, admin.ModelAdmin)
     @admin.display(description=_("action"), ordering="action")
     def action_label(self, obj: AuditEntry) -> str:
         return action_label(obj.action)
+
+    @admin.display(description=_("target type"), ordering="target_type")
+    def target_type_label(self, obj: AuditEntry) -> str:
+        return target_label(obj.target_type)
 
     @admin.display(description=_("state before"))
     def state_before_label(self, obj: AuditEntry) -> str:

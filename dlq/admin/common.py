@@ -12,17 +12,12 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.translation import gettext_lazy as _
 
-from dlq.actions import ACTIONS, ActionDenied, ActionRefused, ReasonRequired
+from dlq.actions import ActionDenied, ActionRefused, ReasonRequired, action_label
 from dlq.audit import DENIED_DETAIL, audit_denied
 from dlq.bulk import BulkRefused
+from dlq.control_audit import CANCEL_AT_BOUNDARY_DETAIL, CANCEL_REPEATED_DETAIL, limits_detail_text
 from dlq.models import BulkStatus, ResolutionCode
 from tasks.models import TaskState
-
-
-def action_label(action: str) -> str:
-    """An operator action's name in the reader's language; other audited actions keep their code."""
-    spec = ACTIONS.get(action)
-    return str(spec.label) if spec else action
 
 
 class ActionFilter(admin.SimpleListFilter):
@@ -40,6 +35,34 @@ class ActionFilter(admin.SimpleListFilter):
         return queryset.filter(action=self.value()) if self.value() else queryset
 
 
+# What an audit entry's target is, by name in the reader's language; other targets (model names) keep their code.
+TARGET_LABELS = {
+    "task": _("task"),
+    "pipeline": _("pipeline"),
+    "dlq_item": _("dead-letter item"),
+    "bulk_operation": _("bulk action"),
+    "audit_log": _("audit log"),
+}
+
+
+def target_label(target_type: str) -> str:
+    return str(TARGET_LABELS.get(target_type, target_type))
+
+
+class TargetTypeFilter(admin.SimpleListFilter):
+    """Filter by the kind of target, offered by name in the reader's language."""
+
+    title = _("target type")
+    parameter_name = "target_type"
+
+    def lookups(self, request, model_admin):
+        codes = model_admin.model.objects.order_by("target_type").values_list("target_type", flat=True).distinct()
+        return [(code, target_label(code)) for code in codes]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(target_type=self.value()) if self.value() else queryset
+
+
 def state_label(state: str) -> str:
     """A task state's name in the reader's language (a bulk action's status for bulk entries; "" stays "")."""
     for choices in (TaskState, BulkStatus):
@@ -49,12 +72,17 @@ def state_label(state: str) -> str:
 
 
 # Details the console writes as a code or a fixed phrase; other details (counts, errors) are shown as written.
-DETAIL_LABELS = {**dict(ResolutionCode.choices), DENIED_DETAIL: _("permission denied")}
+DETAIL_LABELS = {
+    **dict(ResolutionCode.choices),
+    DENIED_DETAIL: _("permission denied"),
+    CANCEL_AT_BOUNDARY_DETAIL: _("stops at its next step boundary"),
+    CANCEL_REPEATED_DETAIL: _("a cancel was already requested"),
+}
 
 
 def detail_label(detail: str) -> str:
-    """An audit entry's detail in the reader's language when it is a resolution code or a fixed phrase."""
-    return str(DETAIL_LABELS.get(detail, detail))
+    """An audit entry's detail in the reader's language: a resolution code, a fixed phrase, a limits change."""
+    return str(DETAIL_LABELS.get(detail) or limits_detail_text(detail) or detail)
 
 
 def client_ip(request: HttpRequest) -> str | None:

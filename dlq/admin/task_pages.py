@@ -2,8 +2,8 @@
 one page per task, and the API clients (revoke only).
 
 Nobody edits a task's fields by hand: state changes go through services (the
-DLQ actions), so every write permission is refused and a POST to a task page
-is a 403. Every filter and search below is backed by an index (see
+DLQ actions, and the cancel of a live task: ``dlq.live_actions``), so every
+write permission is refused and a POST to a task page is a 403. Every filter and search below is backed by an index (see
 ``tasks/migrations/0005_task_search_indexes.py``); the list never counts the
 whole table and loads only the columns it shows.
 """
@@ -12,27 +12,45 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import F, Q
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from dlq.admin.common import DenialsAuditedMixin
+from dlq.actions import MAX_REASON_LENGTH
+from dlq.admin.common import DenialsAuditedMixin, ServiceViewMixin, client_ip, deny
 from dlq.alerting.masking import secret_masked
+from dlq.control_audit import TASK_CANCELLED
 from dlq.lifecycle import lifecycle_svg
+from dlq.live_actions import CANCEL_PERMISSION, task_cancel_by_operator, task_cancellable
 from dlq.models import AuditEntry
 from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, PipelineFilter, ReadOnlyAdminMixin
 from reliability_console.json_display import json_text
 from reliability_console.paginator import CappedCountPaginator
 from tasks import registry
+from tasks.cancellation import CancelResult
 from tasks.clients import api_client_revoke
 from tasks.exceptions import UnknownPipeline
-from tasks.models import ApiClient, AttemptKind, Checkpoint, SideEffect, StepAttempt, Task, TaskState
+from tasks.models import (
+    ApiClient,
+    AttemptKind,
+    Checkpoint,
+    FailureReason,
+    SideEffect,
+    StepAttempt,
+    Task,
+    TaskHold,
+    TaskState,
+)
 from tasks.redaction import task_redactor
 
 # Columns the list loads: never the input, result or error message, which may be large.
@@ -96,7 +114,7 @@ def _json_block(value: Any, task: Task) -> JsonBlock:
 class StepRow:
     index: int
     name: str
-    status: str  # done, failed, next or pending
+    status: str  # done, failed, cancelled, next or pending
 
 
 def _step_rows(task: Task, attempts: list[StepAttempt], checkpoints: list[Checkpoint]) -> list[StepRow]:
@@ -114,10 +132,14 @@ def _step_rows(task: Task, attempts: list[StepAttempt], checkpoints: list[Checkp
         TaskState.COMPENSATED,
         TaskState.COMPENSATION_FAILED,
     )
+    # Stopped by a cancel (it may be undoing its steps, or have failed to): where it stopped, not a failure.
+    cancelled = task.failure_reason == FailureReason.CANCELLED
     rows = []
     for index, name in enumerate(names):
         if index < task.current_step:
             status = "done"
+        elif index == task.current_step and cancelled:
+            status = "cancelled"
         elif index == task.current_step and failed:
             status = "failed"
         elif index == task.current_step and task.state != TaskState.SUCCEEDED:
@@ -158,11 +180,12 @@ def task_page_context(task: Task) -> dict[str, Any]:
         "audit_truncated": len(audit_entries) > MAX_AUDIT_ROWS,
         "input_json": _json_block(task.input, task),
         "result_json": _json_block(task.result, task) if task.result is not None else None,
+        "held": task.state == TaskState.QUEUED and task.hold != TaskHold.NONE,
     }
 
 
 @admin.register(Task)
-class TaskAdmin(DenialsAuditedMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class TaskAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("task_id", "pipeline_name", "state_badge", "progress", "failure", "created")
     list_filter = (StateFilter, PipelineFilter, FailedStepFilter, AgeFilter)
     # Only the creation time has an index the list can walk in order.
@@ -203,7 +226,50 @@ class TaskAdmin(DenialsAuditedMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         if obj is not None:
             context.update(task_page_context(obj))
+            if request.user.has_perm(CANCEL_PERMISSION) and task_cancellable(obj):
+                context["cancel_url"] = reverse("admin:tasks_task_cancel", args=[obj.pk])
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path("<uuid:task_id>/act/cancel/", view(self.cancel_view), name="tasks_task_cancel"),
+            *super().get_urls(),
+        ]
+
+    def cancel_view(self, request, task_id):
+        """GET: what a cancel does to this task, and a reason form. POST: cancel it, then message and redirect."""
+        if not request.user.has_perm(CANCEL_PERMISSION):
+            deny(request, action=TASK_CANCELLED, target_type="task", target_id=task_id)
+        task = get_object_or_404(Task, pk=task_id)
+        task_url = reverse("admin:tasks_task_change", args=[task.pk])
+        error = ""
+        if request.method == "POST":
+            cancel = partial(
+                task_cancel_by_operator,
+                task_id=task.pk,
+                actor=request.user,
+                reason=request.POST.get("reason", ""),
+                client_ip=client_ip(request),
+            )
+            error = self.perform(
+                request, cancel, done_url=task_url, done_message=_cancelled_message, refused_url=task_url
+            )
+            if not isinstance(error, str):
+                return error
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Cancel task"),
+            "opts": self.model._meta,
+            "task": task,
+            "available": task_cancellable(task),
+            "running": task.state == TaskState.RUNNING,
+            "error": error,
+            # Shown again after a form error: never more than may be stored.
+            "reason": request.POST.get("reason", "")[:MAX_REASON_LENGTH],
+            "cancel_url": task_url,
+        }
+        return TemplateResponse(request, "admin/tasks/task/confirm_cancel.html", context, status=400 if error else 200)
 
     @admin.display(description=_("task"))
     def task_id(self, obj: Task) -> str:
@@ -228,6 +294,16 @@ class TaskAdmin(DenialsAuditedMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("created"), ordering="created_at")
     def created(self, obj: Task):
         return obj.created_at
+
+
+def _cancelled_message(result: CancelResult) -> tuple[int, str]:
+    task = result.task
+    if task.state == TaskState.RUNNING:
+        return messages.SUCCESS, _("Cancel requested: the task stops at its next step boundary.")
+    if task.state == TaskState.COMPENSATING:
+        return messages.SUCCESS, _("Task cancelled: its completed steps are being compensated.")
+    states = {"before": TaskState(result.state_before).label, "after": TaskState(task.state).label}
+    return messages.SUCCESS, _("Task cancelled: %(before)s → %(after)s.") % states
 
 
 @admin.register(ApiClient)

@@ -12,6 +12,8 @@ from dlq.bulk import bulk_operation_request
 from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem, DLQStatus
 from dlq.roles import roles_setup
 from tasks.delivery import get_queue
+from tasks.models import PipelineControl, Task, TaskState
+from tasks.pipeline_controls import pipeline_limits_set, pipeline_pause
 from tasks.services import task_submit
 from tests.browser.conftest import PASSWORD, log_in
 from tests.support import compensated_dead_letters, parked_dead_letters
@@ -57,7 +59,10 @@ def console(clean_redis, settings):
         user.groups.add(Group.objects.get(name=role))
     parked = parked_dead_letters(2)
     (compensated,) = compensated_dead_letters(1)
-    task_submit(pipeline="t_local", input={})  # jobs wait in the queue: no worker runs in this test
+    queued = task_submit(pipeline="t_local", input={})  # jobs wait in the queue: no worker runs in this test
+    # A paused pipeline and one whose limits are overridden: every action of the Pipelines page applies to one.
+    pipeline_pause(pipeline="t_cancellable", actor="operator:supervisor-v", reason="incident")
+    pipeline_limits_set(pipeline="t_one_at_a_time", actor="operator:supervisor-v", reason="load", max_concurrency=2)
     operation = bulk_operation_request(
         actor=get_user_model().objects.get(username="supervisor-v"),
         action="close",
@@ -68,7 +73,14 @@ def console(clean_redis, settings):
     )
     channel = AlertChannel.objects.create(name="hook", kind="webhook", url="https://receiver.example/h", secret=SECRET)
     rule = AlertRule.objects.create(name="too many open", kind="open_items", threshold=50)
-    return {"parked": parked, "compensated": compensated, "bulk": operation, "channel": channel, "rule": rule}
+    return {
+        "parked": parked,
+        "compensated": compensated,
+        "bulk": operation,
+        "channel": channel,
+        "rule": rule,
+        "queued": queued,
+    }
 
 
 def test_a_viewer_sees_no_control_that_writes_and_every_write_is_refused_and_audited(
@@ -96,6 +108,8 @@ def test_a_viewer_sees_no_control_that_writes_and_every_write_is_refused_and_aud
         "/admin/dlq/auditentry/",
         "/admin/tasks/task/",
         f"/admin/tasks/task/{item.task_id}/change/",
+        f"/admin/tasks/task/{console['queued'].pk}/change/",  # a task an operator could cancel
+        "/admin/pipelines/",
     ]
     for page in pages:
         driver.get(f"{live_server.url}{page}")
@@ -125,6 +139,11 @@ def test_a_viewer_sees_no_control_that_writes_and_every_write_is_refused_and_aud
         (f"/admin/dlq/alertrule/{console['rule'].pk}/change/", {"name": "x", "kind": "open_items", "threshold": "0"}),
         (f"/admin/dlq/alertrule/{console['rule'].pk}/delete/", {"post": "yes"}),
         (f"/admin/tasks/task/{item.task_id}/change/", {"pipeline": "other"}),
+        (f"/admin/tasks/task/{console['queued'].pk}/act/cancel/", {"reason": "viewer tries"}),
+        ("/admin/pipelines/t_local/act/pause/", {"reason": "viewer tries"}),
+        ("/admin/pipelines/t_cancellable/act/resume/", {"reason": "viewer tries"}),
+        ("/admin/pipelines/t_local/act/set_limits/", {"reason": "viewer tries", "max_concurrency": "1"}),
+        ("/admin/pipelines/t_one_at_a_time/act/reset_limits/", {"reason": "viewer tries"}),
         ("/admin/rq/queues/0/empty/", {}),
         ("/admin/rq/queues/actions/0/", {"action": "delete", "job_ids": ["x"], "next_url": "https://evil.example/"}),
     ]
@@ -141,3 +160,6 @@ def test_a_viewer_sees_no_control_that_writes_and_every_write_is_refused_and_aud
     assert (channel.name, channel.secret) == ("hook", SECRET) and AlertChannel.objects.filter(name="mine").count() == 0
     assert AlertRule.objects.get(pk=console["rule"].pk).threshold == 50
     assert get_queue().count == waiting
+    assert Task.objects.get(pk=console["queued"].pk).state == TaskState.QUEUED
+    controls = {c.pipeline: (c.paused, c.max_concurrency) for c in PipelineControl.objects.all()}
+    assert controls == {"t_cancellable": (True, None), "t_one_at_a_time": (False, 2)}

@@ -16,6 +16,7 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
+from dlq.live_actions import PIPELINE_ACTIONS
 from tasks.models import Task
 from tasks.runner import task_run
 from tasks.services import task_submit
@@ -108,8 +109,19 @@ def admin_lists() -> list[str]:
         "/admin/dlq/dlqitem/bulk/retry/",
         "/admin/dlq/dlqitem/selected/close/",
         "/admin/queues/",
+        *live_control_pages(),
     ]
     return sorted(urls)
+
+
+def live_control_pages() -> list[str]:
+    """The Pipelines page, each of its confirmation pages, and a queued task's cancel confirmation."""
+    queued = Task.objects.filter(state="queued").order_by("created_at").first()
+    return [
+        reverse("pipelines"),
+        *(reverse("pipeline_act", args=["t_local", action]) for action in PIPELINE_ACTIONS),
+        *([reverse("admin:tasks_task_cancel", args=[queued.pk])] if queued else []),
+    ]
 
 
 def field_keys(path: str) -> list[str]:
@@ -141,6 +153,7 @@ def superuser_client(client, clean_redis):
         task = task_submit(pipeline="t_local", input={"fail_b": "permanent", "n": n})
         task_run(task_id=str(task.pk), worker="w1")
     assert Task.objects.filter(in_dlq=True).count() == 3
+    task_submit(pipeline="t_local", input={})  # queued: its cancel confirmation is a page to fuzz
     user = get_user_model().objects.create_superuser("fuzz-root", password="pw-for-tests-only")
     client.force_login(user)
     client.raise_request_exception = False  # a 500 is an answer to count, not an exception in the test
@@ -161,3 +174,27 @@ def test_no_admin_list_answers_a_fuzzed_query_string_with_a_server_error(superus
     print(f"fuzzed {sum(statuses.values())} requests over {len(lists)} lists: statuses {sorted(statuses.items())}")
     assert not failures, "\n".join(failures[:40])
     assert sum(statuses.values()) == len(lists) * CASES_PER_LIST
+
+
+# The forms of live control, posted with random fields: any answer (a form error, a refusal, a redirect) but a 5xx.
+FORM_FIELDS = ["reason", "max_concurrency", "rate_limit", "no_concurrency_limit", "no_rate_limit", "bogus"]
+
+
+def test_no_live_control_form_answers_fuzzed_fields_with_a_server_error(superuser_client):
+    rng = random.Random(SEED + 1)
+    forms = [url for url in live_control_pages() if "/act/" in url]
+    assert len(forms) == len(PIPELINE_ACTIONS) + 1
+    failures, statuses = [], {}
+    for url in forms:
+        for _ in range(CASES_PER_LIST // 2):
+            fields = rng.sample(FORM_FIELDS, rng.randint(0, len(FORM_FIELDS)))
+            body = "&".join(f"{field}={rng.choice(VALUES)}" for field in fields)
+            query = rng.choice(["", "", f"?{rng.choice(SPECIAL_KEYS)}={rng.choice(VALUES)}"])
+            response = superuser_client.generic(
+                "POST", url + query, body, content_type="application/x-www-form-urlencoded"
+            )
+            statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+            if response.status_code >= 500:
+                failures.append(f"{response.status_code} POST {url}{query[:100]} {body[:200]}")
+    print(f"fuzzed {sum(statuses.values())} form posts: statuses {sorted(statuses.items())}")
+    assert not failures, "\n".join(failures[:40])

@@ -98,6 +98,15 @@ def test_a_body_over_djangos_upload_limit_is_413_not_500(client, token, settings
     assert response.status_code == 413 and response.json()["error"]["code"] == "payload_too_large"
 
 
+def test_a_form_posted_to_the_api_is_a_415_not_a_500(client, token):
+    # A form's body, once read as a form (the NUL check reads the console's forms), could not be read again.
+    task = submit(client, token, json.dumps({"pipeline": "t_local", "input": {}})).json()
+    for data in ({}, {"reason": "a%00b"}):
+        response = client.post(f"/api/v1/tasks/{task['id']}/cancel", data, HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert response.status_code == 415 and response.json()["error"]["code"] == "unsupported_media_type"
+    assert Task.objects.get(pk=task["id"]).state == "queued"
+
+
 def test_python_submission_refuses_a_nul_character_and_stores_nothing():
     with pytest.raises(InvalidTaskInput, match="NUL"):
         task_submit(pipeline="t_local", input={"note": "a\x00b"}, idempotency_key="py-nul")

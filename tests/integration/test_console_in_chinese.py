@@ -25,8 +25,12 @@ from dlq.alerting.models import AlertChannel, AlertEvent, AlertKind, AlertRule
 from dlq.alerting.rules import alerts_evaluate
 from dlq.bulk import bulk_operation_request
 from dlq.models import AuditEntry, BulkOperation, DLQItem
+from tasks import registry
+from tasks.cancellation import task_cancel
 from tasks.clients import api_client_create
+from tasks.leases import task_claim
 from tasks.models import ApiClient, Task
+from tasks.pipeline_controls import pipeline_limits_set, pipeline_pause
 from tasks.runner import task_run
 from tasks.services import task_submit
 
@@ -115,7 +119,9 @@ def english_words(html: str, data: tuple[str, ...] = ()) -> set[str]:
 
 @pytest.fixture
 def seeded(clean_redis):
-    """Data on every page: dead letters, an operator action, a bulk action, a fired alert, an API client."""
+    """Data on every page: dead letters, an operator action, a bulk action, a fired alert, an API client; live control:
+    a cancelled task, a running one asked to stop, a paused pipeline holding a task, a pipeline with its limits
+    overridden, and a queued task that may be cancelled."""
     root = get_user_model().objects.create_superuser("root", password="pw-for-tests-only")
     compensated = task_submit(pipeline="t_local", input={"fail_b": "permanent", "topic": "q3"})
     task_run(task_id=str(compensated.pk), worker="w1")
@@ -140,7 +146,22 @@ def seeded(clean_redis):
     AlertRule.objects.create(name="sweeper-rule", kind=AlertKind.SWEEPER_STALLED, threshold=60)
     alerts_evaluate()
     api_client_create(name="billing-service")
+    cancelled = task_submit(pipeline="t_cancellable", input={})
+    task_cancel(task_id=cancelled.pk, actor="operator:root", reason="upstream fixed")
+    stopping = task_submit(pipeline="t_cancellable", input={})
+    task_claim(task_id=str(stopping.pk), owner="w1@host")
+    task_cancel(task_id=stopping.pk, actor="client:billing-service", reason="upstream fixed")
+    pipeline_pause(pipeline="t_cancellable", actor="operator:root", reason="upstream fixed")
+    held = task_submit(pipeline="t_cancellable", input={})
+    task_run(task_id=str(held.pk), worker="w1")
+    pipeline_limits_set(
+        pipeline="t_one_at_a_time", actor="operator:root", reason="upstream fixed", max_concurrency=3, rate_limit="5/s"
+    )
     return {
+        "cancelled": cancelled,
+        "stopping": stopping,
+        "held": held,
+        "queued": task_submit(pipeline="t_local", input={}),
         "item": DLQItem.objects.get(task=compensated),
         "task": Task.objects.get(pk=compensated.pk),
         "closed": closed,
@@ -178,6 +199,21 @@ def pages(seeded) -> list[str]:
         f"/admin/dlq/alertevent/{AlertEvent.objects.filter(rule=rule).first().pk}/change/",
         "/admin/tasks/apiclient/",
         f"/admin/tasks/apiclient/{ApiClient.objects.get().pk}/change/",
+        # Live control: the task pages of a cancelled, a stopping and a held task; the cancel confirmation; the
+        # Pipelines page and the confirmation of each of its actions; audit entries of a cancel and a limits change.
+        f"/admin/tasks/task/{seeded['cancelled'].pk}/change/",
+        f"/admin/tasks/task/{seeded['stopping'].pk}/change/",
+        f"/admin/tasks/task/{seeded['held'].pk}/change/",
+        f"/admin/tasks/task/{seeded['queued'].pk}/act/cancel/",
+        f"/admin/tasks/task/{seeded['cancelled'].pk}/act/cancel/",
+        "/admin/pipelines/",
+        "/admin/pipelines/t_local/act/pause/",
+        "/admin/pipelines/t_cancellable/act/resume/",
+        "/admin/pipelines/t_one_at_a_time/act/set_limits/",
+        "/admin/pipelines/t_one_at_a_time/act/reset_limits/",
+        f"/admin/dlq/auditentry/{AuditEntry.objects.filter(action='task_cancelled').first().pk}/change/",
+        f"/admin/dlq/auditentry/{AuditEntry.objects.get(action='pipeline_limits_set').pk}/change/",
+        "/admin/dlq/auditentry/?target_type=pipeline",
     ]
 
 
@@ -186,6 +222,7 @@ def test_every_console_page_is_in_chinese(client, seeded):
     # Rules and channels are named by operators (the default ones too): data, not labels.
     names = (*AlertRule.objects.values_list("name", flat=True), *AlertChannel.objects.values_list("name", flat=True))
     names += tuple(settings.RQ_QUEUES)  # queue names ("default") are identifiers of the configuration
+    names += tuple(pipeline.name for pipeline in registry.all_pipelines())  # so are pipeline names ("report")
     untranslated = {}
     for url in pages(seeded):
         response = client.get(url, HTTP_ACCEPT_LANGUAGE="zh-Hans")

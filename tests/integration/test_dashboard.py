@@ -18,6 +18,7 @@ from dlq.audit import audit_entries_purge, audit_record
 from dlq.dashboard import GROWTH_HOURS, dlq_hourly_growth
 from dlq.models import AuditEntry, AuditOutcome, DLQItem, DLQStatus
 from dlq.svg_charts import Series, line_chart
+from tasks.cancellation import task_cancel
 from tasks.delivery import get_queue
 from tasks.models import Checkpoint, RetentionPurge, SideEffect, StepAttempt, SweeperHeartbeat, Task, TaskState
 from tasks.retention import TASKS_KIND, finished_tasks_purge
@@ -32,7 +33,7 @@ SVG_NS = "{http://www.w3.org/2000/svg}"
 NBSP = "\xa0"  # timesince puts one between a number and its unit
 # Session, user, tasks, open items, growth (two), sweeper, operator actions, alert rules, alert
 # history, rows held and the last purges: fixed whatever the data size.
-PAGE_QUERIES = 14  # 12, and one per per-minute chart (dlq.activity)
+PAGE_QUERIES = 16  # 12, two for paused pipelines and held tasks, and one per per-minute chart (dlq.activity)
 
 
 @pytest.fixture
@@ -133,6 +134,8 @@ def test_tasks_of_the_last_24_hours_are_counted_per_state(admin_client, clean_re
     succeeded = task_submit(pipeline="t_local", input={})
     task_run(task_id=str(succeeded.pk), worker="w1")
     _failed_task()
+    cancelled = task_submit(pipeline="t_local", input={})
+    task_cancel(task_id=cancelled.pk, actor="client:a", reason="not needed")
     old = task_submit(pipeline="t_local", input={})
     Task.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(hours=25))
 
@@ -149,8 +152,9 @@ def test_tasks_of_the_last_24_hours_are_counted_per_state(admin_client, clean_re
         TaskState.COMPENSATING: 0,
         TaskState.COMPENSATED: 1,
         TaskState.COMPENSATION_FAILED: 0,
+        TaskState.CANCELLED: 1,
     }
-    assert states.total == 4
+    assert states.total == 5
     body = response.content.decode()
     for state in TaskState:
         assert f'id="ops-state-{state.value}"' in body

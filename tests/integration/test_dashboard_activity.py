@@ -62,6 +62,7 @@ def test_tasks_finished_are_counted_per_minute_and_outcome(clean_redis):
     finished(TaskState.FAILED, five_ago + timedelta(seconds=20))  # the same minute
     finished(TaskState.COMPENSATED, NOW - timedelta(seconds=30))  # this minute
     finished(TaskState.COMPENSATION_FAILED, NOW - timedelta(hours=2, minutes=59))  # the first minute shown
+    finished(TaskState.CANCELLED, NOW - timedelta(minutes=1))
     finished(TaskState.SUCCEEDED, NOW - timedelta(hours=3, minutes=1))  # before the window
     task_submit(pipeline="t_local", input={})  # not finished
 
@@ -70,13 +71,15 @@ def test_tasks_finished_are_counted_per_minute_and_outcome(clean_redis):
     assert len(activity.minutes) == MINUTES and activity.hours == ACTIVITY_HOURS
     assert activity.minutes[0] == datetime(2026, 12, 1, 9, 31, tzinfo=UTC)
     assert activity.minutes[-1] == datetime(2026, 12, 1, 12, 30, tzinfo=UTC)
-    expected = {state: [0] * MINUTES for state in ("succeeded", "failed", "compensated", "compensation_failed")}
+    outcomes = ("succeeded", "failed", "compensated", "compensation_failed", "cancelled")
+    expected = {state: [0] * MINUTES for state in outcomes}
     expected["succeeded"][index_of(five_ago)] = 3
     expected["failed"][index_of(five_ago)] = 1
     expected["compensated"][MINUTES - 1] = 1
     expected["compensation_failed"][0] = 1
+    expected["cancelled"][MINUTES - 2] = 1
     assert activity.finished == expected
-    assert activity.total_finished == 6
+    assert activity.total_finished == 7
 
 
 def test_retries_are_the_attempts_followed_by_a_scheduled_retry(clean_redis):
@@ -150,6 +153,7 @@ def test_the_dashboard_draws_both_charts(admin_client, clean_redis):
         "failed",
         "compensated",
         "compensation failed",
+        "cancelled",
     ]
     assert all(len(line.get("points").split()) == MINUTES for line in lines)
     retries = charts["ops-retries"].findall(f"{SVG_NS}polyline")

@@ -376,4 +376,9 @@ def test_lifecycle_svg_has_the_transitions_of_the_architecture():
         ("compensating", "compensated"),
         ("compensating", "compensation_failed"),
         ("failed", "queued"),
+        ("queued", "cancelled"),
+        ("retry_scheduled", "cancelled"),
+        ("running", "cancelled"),
+        ("compensating", "cancelled"),
+        ("cancelled", "compensating"),
     }
