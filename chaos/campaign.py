@@ -22,11 +22,11 @@ from chaos import faults as fault_module
 from chaos import invariants
 from chaos.deployment import Deployment, DeploymentSettings
 from chaos.processes import DeploymentError
+from chaos.record import TERMINAL_STATES
 from chaos.workload import Submitter, plan
 
 logger = logging.getLogger(__name__)
 
-TERMINAL_STATES = ("succeeded", "failed", "compensated", "compensation_failed")
 # Submissions and faults happen inside these shares of the duration; the rest lets retries play out.
 SUBMIT_SHARE = 0.75
 # Platform calls per task, roughly (four steps, retries, compensations): sizes the slow-answer rate.

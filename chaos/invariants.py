@@ -145,7 +145,11 @@ def _expected(generations: int) -> str:
 # --- the invariants -------------------------------------------------------------------------------------------------
 
 
-@_invariant("all_terminal", "every accepted submission names a task that exists and is in a terminal state")
+@_invariant(
+    "all_terminal",
+    "every accepted submission names a task that exists and ended in one terminal state "
+    "(succeeded, failed, compensated, compensation_failed or cancelled)",
+)
 def _all_terminal(run: _Run) -> tuple[int, list[str]]:
     violations: list[str] = []
     requests_by_task: dict[str, list[str]] = defaultdict(list)

@@ -25,14 +25,15 @@ from typing import Any
 
 __all__ = ["RecordError", "validate_record"]
 
-TERMINAL_STATES = frozenset({"succeeded", "failed", "compensated", "compensation_failed"})
+TERMINAL_STATES = frozenset({"succeeded", "failed", "compensated", "compensation_failed", "cancelled"})
+# Failed for good: each has its dead letter (a cancelled task has one only when its compensation failed).
 NOT_SUCCEEDED_STATES = frozenset({"failed", "compensated", "compensation_failed"})
 TASK_STATES = TERMINAL_STATES | {"queued", "running", "retry_scheduled", "compensating"}
 UNRESOLVED_DLQ_STATUSES = frozenset({"open", "retrying", "compensating", "compensated"})
 DLQ_STATUSES = UNRESOLVED_DLQ_STATUSES | {"resolved"}
 ATTEMPT_KINDS = frozenset({"step", "compensation", "failure_notice"})
 ATTEMPT_OUTCOMES = frozenset(
-    {"succeeded", "transient_error", "permanent_error", "timeout", "crashed", "deadline_exceeded"}
+    {"succeeded", "transient_error", "permanent_error", "timeout", "crashed", "deadline_exceeded", "cancelled"}
 )
 # The API answers a new task with 201 and replays that answer for a repeated key; 200 would be a success too.
 ACCEPTED_STATUSES = frozenset({200, 201})

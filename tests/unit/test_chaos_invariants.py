@@ -300,6 +300,7 @@ def test_the_copied_states_and_outcomes_are_the_engines():
     assert record_format.UNRESOLVED_DLQ_STATUSES == set(UNRESOLVED_STATUSES)
     assert record_format.ATTEMPT_KINDS == set(AttemptKind.values)
     assert record_format.ATTEMPT_OUTCOMES == set(AttemptOutcome.values)
+    assert record_format.NOT_SUCCEEDED_STATES == set(TERMINAL_STATES) - {TaskState.SUCCEEDED, TaskState.CANCELLED}
 
 
 def test_the_checker_and_its_command_line_import_no_django():
@@ -588,11 +589,14 @@ def test_the_same_effects_in_one_generation_are_caught(run):
         (lambda r: r.update(tasks={}), "tasks: expected a list, got {}"),
         (lambda r: r["meta"].pop("max_crashes"), "meta: missing 'max_crashes'"),
         (lambda r: r["meta"]["policies"]["report"].update(max_attempts=0), "meta.policies.report.max_attempts: must"),
-        (lambda r: r["tasks"][1].update(state="lost"), "tasks[1].state: expected one of compensated, compensating"),
+        (lambda r: r["tasks"][1].update(state="lost"), "tasks[1].state: expected one of cancelled, compensated,"),
         (lambda r: r["submissions"][0].update(status="201"), "submissions[0].status: expected an integer, got '201'"),
         (lambda r: r["calls"][0].update(late=None), "calls[0].late: expected true or false, got null"),
         (lambda r: r["attempts"][2].update(attempt=True), "attempts[2].attempt: expected an integer, got true"),
-        (lambda r: r["attempts"][2].update(outcome="exploded"), "attempts[2].outcome: expected one of crashed,"),
+        (
+            lambda r: r["attempts"][2].update(outcome="exploded"),
+            "attempts[2].outcome: expected one of cancelled, crashed,",
+        ),
         (lambda r: r["faults"][0].update(at="soon"), "faults[0].at: expected a number, got 'soon'"),
         (lambda r: r["dlq_items"].append("open"), "dlq_items[2]: expected an object, got 'open'"),
         (lambda r: r["tasks"].append(copy.deepcopy(r["tasks"][0])), f"tasks: task {OK} is listed more than once"),
