@@ -2,7 +2,8 @@
 
 Standard library only, no Django: the campaign dumps a *recorded run* (one JSON document) and this
 module judges it, so a run can be judged again from its file alone (``python -m chaos.check``).
-The record format and its validation live in ``chaos.record``.
+The record format and its validation live in ``chaos.record``; the invariants of live control
+(cancels, a paused pipeline, limits) in ``chaos.control_invariants``, judged after these.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import urllib.parse
 from collections import Counter, defaultdict
 
+from chaos import control_invariants
 from chaos.record import (
     NOT_SUCCEEDED_STATES,
     TERMINAL_STATES,
@@ -28,10 +30,14 @@ _invariant = registrar(_INVARIANTS)
 
 
 def check(record: dict) -> list[InvariantResult]:
-    """Judge a recorded run against every invariant, in a fixed order; ``RecordError`` if it is malformed."""
+    """Judge a recorded run against every invariant, in a fixed order; ``RecordError`` if it is malformed.
+
+    The effects' invariants first (below), then those of live control: cancels, pauses, limits
+    (``chaos.control_invariants``).
+    """
     validate_record(record)
     run = RecordedRun.of(record)
-    return [invariant(run) for invariant in _INVARIANTS]
+    return [invariant(run) for invariant in (*_INVARIANTS, *control_invariants.INVARIANTS)]
 
 
 def _between(count: int, generations: int) -> bool:
@@ -311,6 +317,12 @@ def format_table(record: dict, results: list[InvariantResult]) -> str:
     lines.append(f"{'fault injected':<{width}}  {'count':>7}")
     lines += [f"{kind:<{width}}  {count:>7}" for kind, count in faults] or ["(none)"]
     lines.append("")
+    if record["cancels"] or record["controls"]:
+        actions = control_invariants.control_summary(record)
+        width = max(len("live control"), *(len(what) for what, _ in actions))
+        lines.append(f"{'live control':<{width}}  {'count':>7}")
+        lines += [f"{what:<{width}}  {count:>7}" for what, count in actions]
+        lines.append("")
     width = max([len("invariant"), *(len(result.name) for result in results)])
     lines.append(f"{'invariant':<{width}}  {'checked':>7}  {'violations':>10}  result")
     for result in results:

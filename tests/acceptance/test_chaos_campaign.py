@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from chaos.control_invariants import control_summary
 from chaos.invariants import check
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -76,10 +77,12 @@ def test_short_campaign_injects_every_fault_and_every_invariant_holds(tmp_path):
     answers = {c["status"] for c in record["cancels"]}
     assert {409} <= answers and answers & {200, 202}, answers
     assert any(c["repeat"] and c["status"] in (200, 202) for c in record["cancels"])
+    found = dict(control_summary(record))
+    assert found.get("cancel found the task before its first step") and found.get("cancel found the task mid-step")
 
     # Re-checking the record agrees with the printed table: every invariant with PASS.
     results = check(record)
-    assert len(results) == 9
+    assert len(results) == 15
     for result in results:
         assert result.holds, result.violations[:5]
         assert any(result.name in line and "PASS" in line for line in output.splitlines()), output

@@ -32,6 +32,12 @@ ALL_INVARIANTS = [
     "no_late_calls",
     "no_key_reuse",
     "attempts_within_policy",
+    "cancelled_compensated",
+    "nothing_after_cancel",
+    "cancel_answers",
+    "nothing_started_while_paused",
+    "concurrency_within_limit",
+    "rate_within_limit",
 ]
 REPORT_STEPS = ["charge_quota", "generate_report", "upload_file", "notify_user"]
 
@@ -283,8 +289,8 @@ def test_a_valid_run_holds_every_invariant_and_counts_what_it_checked(run):
     assert [result.violations for result in results] == [()] * len(ALL_INVARIANTS)
     assert all(result.holds and result.description for result in results)
     # accepted submissions, keys, succeeded report tasks, failed report tasks, charged tasks,
-    # refunds with an effect, calls, platform keys, report task generations
-    assert [result.checked for result in results] == [5, 3, 1, 2, 2, 1, 13, 12, 3]
+    # refunds with an effect, calls, platform keys, report task generations; no cancel, pause or limit
+    assert [result.checked for result in results] == [5, 3, 1, 2, 2, 1, 13, 12, 3, 0, 0, 0, 0, 0, 0]
 
 
 def test_a_run_recorded_from_the_real_simulator_holds():
