@@ -31,20 +31,13 @@ from chaos.record import (
 )
 from chaos.verdicts import Invariant, registrar
 
-__all__ = ["CLAIM_SLACK_SECONDS", "INVARIANTS", "RATE_START_SLACK_SECONDS", "control_summary"]
+__all__ = ["CLAIM_SLACK_SECONDS", "INVARIANTS", "control_summary"]
 
 INVARIANTS: list[Invariant] = []
 _invariant = registrar(INVARIANTS)
 
 # The longest the checker assumes between a claim's read of the gate and the start of the run's first step.
 CLAIM_SLACK_SECONDS = 1.0
-# A rate permit is stamped with PostgreSQL's clock when it is taken; the attempt's start is read a moment
-# later by its worker (at once at a step boundary; after the claim commits, for a claim). Were that moment
-# at most this long, no window of (rate window - slack) seconds of starts could hold more starts than one
-# rate window of permits allows: that is the check. A worker delayed longer between permit and start
-# (descheduled on a loaded machine) could make an honest run fail it; an engine that does not enforce the
-# limit starts several times the rate in bursts and fails it by far.
-RATE_START_SLACK_SECONDS = 0.25
 # Outcomes of an attempt that is followed by a retry (when the budget allows).
 RETRIED_OUTCOMES = frozenset({"timeout", "transient_error"})
 
@@ -329,30 +322,44 @@ def _concurrency_within_limit(run: RecordedRun) -> tuple[int, list[str]]:
 
 @_invariant(
     "rate_within_limit",
-    f"no window of a rate-limited pipeline's rate window less {RATE_START_SLACK_SECONDS:g} s held more step "
-    "starts than the rate allows per window",
+    "no rate window held more step starts of a rate-limited pipeline than its rate: counted on the starts "
+    "whose permit is known to fall inside the window",
 )
 def _rate_within_limit(run: RecordedRun) -> tuple[int, list[str]]:
+    # A start's permit is stamped (PostgreSQL's clock) before the step starts (its worker's clock), at its
+    # gate: a boundary's permit after the step before it finished, a claim's at most CLAIM_SLACK_SECONDS
+    # before the start. Each start so has an interval known to hold its permit. N + 1 starts whose
+    # intervals all lie within one window (s - window, s] mean N + 1 permits in it: more than N permit
+    # rows can give, since a row is taken again only a window after its last use. (Comparing the starts'
+    # times alone would be wrong: a worker reads its clock some moment after its permit.)
     violations, checked = [], 0
     for pipeline, policy in sorted(run.record["meta"]["policies"].items()):
         rate = policy["rate_limit"]
         if rate is None:
             continue
         count, window = rate["count"], float(rate["window_seconds"])
-        span = window - RATE_START_SLACK_SECONDS
-        starts = [a for _, a in _limited_starts(run, pipeline)]
+        starts = []
+        for task in (t for t in run.tasks.values() if t["pipeline"] == pipeline):
+            steps = _steps(run, task)
+            starts += [(_start(a), _gate_read_by(a, steps)[0], a) for a in steps if a["started_at"] is not None]
+        starts.sort(key=lambda start: start[0])
         checked += len(starts)
-        index = 0
-        while span > 0 and index + count < len(starts):
-            first, last = starts[index], starts[index + count]
-            if _start(last) - _start(first) < span:
+        burst_until, first = -math.inf, 0
+        for index, (end, _, last) in enumerate(starts):
+            while starts[first][0] <= end - window:  # a permit is no later than its start: not in this window
+                first += 1
+            inside = [
+                (start, permit_from)
+                for start, permit_from, _ in starts[first : index + 1]
+                if permit_from > end - window
+            ]
+            if len(inside) > count and end > burst_until:
+                burst_until = end + window  # one violation per burst
+                since = min(permit_from for _, permit_from in inside)
                 violations.append(
-                    f"{pipeline}: {count + 1} step starts within {_start(last) - _start(first):.3f} s "
-                    f"({first['started_at']} to {last['started_at']}), at most {count} per {window:g} s"
+                    f"{pipeline}: {len(inside)} step starts up to {last['started_at']} whose permits all fell within "
+                    f"{end - since:.3f} s, at most {count} per {window:g} s"
                 )
-                index += count + 1  # one violation per burst
-            else:
-                index += 1
     return checked, violations
 
 

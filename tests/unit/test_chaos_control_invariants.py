@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from chaos.control_invariants import CLAIM_SLACK_SECONDS, RATE_START_SLACK_SECONDS
+from chaos.control_invariants import CLAIM_SLACK_SECONDS
 from chaos.invariants import RecordError, check, format_table, validate_record
 from tests.unit.test_chaos_invariants import (
     ALL_INVARIANTS,
@@ -175,12 +175,22 @@ def attempts_of(record: dict, task_id: str, step_name: str, kind: str = "step") 
     ]
 
 
-def extra_starts(record: dict, starts: list[float], took: float = 0.01) -> None:
-    """Step attempts of t-limited (new runs: tokens from 10) starting at ``starts``; retried, so within budget."""
+def extra_starts(record: dict, starts: list[float], took: float = 0.01, token: int | None = None) -> None:
+    """Step attempts of t-limited starting at ``starts``, each a run of its own (a claim) or, with ``token``,
+    all one run (each but the first let through at the boundary of the one before); within the retry budget."""
     for n, start in enumerate(starts):
         step = REPORT_STEPS[n % len(REPORT_STEPS)]
         record["attempts"].append(
-            attempt(LIM, REPORT_STEPS.index(step), step, 2, "transient_error", start=start, took=took, token=10 + n)
+            attempt(
+                LIM,
+                REPORT_STEPS.index(step),
+                step,
+                2,
+                "succeeded" if token else "transient_error",
+                start=start,
+                took=took,
+                token=token or 10 + n,
+            )
         )
 
 
@@ -437,17 +447,25 @@ def test_an_attempt_that_starts_as_another_ends_does_not_overlap_it(run):
 
 
 def test_more_starts_in_a_rate_window_than_the_rate_allows_is_caught(run):
-    extra_starts(run, [50.0, 50.1, 50.2, 50.3, 50.4, 50.5])
+    """One run: its claim at 50.0 s, then six step boundaries, each taking its permit after the step before."""
+    extra_starts(run, [50.0, 50.1, 50.2, 50.3, 50.4, 50.5, 50.6], token=20)
 
     assert failing(run) == {"rate_within_limit"}
     assert violations(run, "rate_within_limit") == (
-        f"{LIMITED}: 6 step starts within 0.500 s ({at(50.0)} to {at(50.5)}), at most 5 per 1 s",
+        f"{LIMITED}: 6 step starts up to {at(50.6)} whose permits all fell within 0.590 s, at most 5 per 1 s",
     )
 
 
-def test_starts_one_window_less_the_slack_apart_hold_the_rate(run):
-    """The tolerance: a start's time may lag its permit's by up to the slack."""
-    extra_starts(run, [50.0, 50.1, 50.2, 50.3, 50.4, 50.0 + 1 - RATE_START_SLACK_SECONDS + 0.01])
+def test_a_claims_permit_may_have_been_taken_before_its_start(run):
+    """Six starts within 0.5 s: two of them claims, whose permits may be up to CLAIM_SLACK_SECONDS older."""
+    extra_starts(run, [50.0, 50.1, 50.2], token=20)
+    extra_starts(run, [50.3, 50.4, 50.5], token=21)
+
+    assert violations(run, "rate_within_limit") == ()
+
+
+def test_boundary_starts_a_window_apart_hold_the_rate(run):
+    extra_starts(run, [50.0, 50.25, 50.5, 50.75, 51.0, 51.011, 51.3], token=20)
 
     assert violations(run, "rate_within_limit") == ()
 
