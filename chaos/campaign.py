@@ -168,7 +168,7 @@ def run(config: CampaignConfig, *, progress=print) -> CampaignResult:
         stop = threading.Event()
         canceller = Canceller(deployment.api_url, deployment.api_token, stop)
         submitter = Submitter(deployment.api_url, deployment.api_token, canceller=canceller)
-        operator = PipelineOperator()
+        operator = PipelineOperator(workers_ready=deployment.pool.listening)
         cancels = sum(1 for task in planned if task.cancel is not None)
         limited = sum(1 for task in planned if task.pipeline == LIMITED_PIPELINE)
         progress(

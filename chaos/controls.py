@@ -1,6 +1,8 @@
 """The campaign's operator: pauses a pipeline once during the run and resumes it, through the engine's services.
 
-The moment of the pause follows from the seed; how long it lasts from ``--pause-seconds``. The log keeps,
+The moment of the pause follows from the seed (but it waits for a worker to be taking jobs: on a loaded
+machine workers may start after the planned moment, and a pause nothing runs into tests little); how long
+it lasts from ``--pause-seconds``. The log keeps,
 for each action, when the campaign called the service and when it returned: the change committed in
 between, so the checker knows the pipeline was paused from the pause's return at the latest until the
 resume's call at the earliest (``chaos.control_invariants``). A call the database fails (an injected
@@ -14,6 +16,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -31,6 +34,7 @@ PAUSE_END_BY = 0.8
 MAX_PAUSE_SHARE = 0.4
 CALL_TRIES = 5
 CALL_RETRY_SECONDS = 0.5
+READY_POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -62,19 +66,23 @@ def _now() -> str:
 class PipelineOperator:
     """Carries out a planned pause and its resume; ``log`` holds what it did (the record's ``controls``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, workers_ready: Callable[[], bool] = lambda: True) -> None:
         self.log: list[dict] = []
+        self.workers_ready = workers_ready
         self._started = 0.0
 
     def run(self, planned: PlannedPause | None, started: float, stop: threading.Event) -> None:
         if planned is None:
             return
         self._started = started
-        for action, at in (("pause", planned.at), ("resume", planned.at + planned.seconds)):
-            delay = started + at - time.monotonic()
-            if delay > 0 and stop.wait(delay):
+        if stop.wait(max(0.0, started + planned.at - time.monotonic())):
+            return
+        while not self.workers_ready():
+            if stop.wait(READY_POLL_SECONDS):
                 return
-            self._act(action, planned.pipeline)
+        self._act("pause", planned.pipeline)
+        if not stop.wait(planned.seconds):
+            self._act("resume", planned.pipeline)
 
     def _act(self, action: str, pipeline: str) -> None:
         from django.db import DatabaseError, close_old_connections, connection
