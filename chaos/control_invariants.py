@@ -2,18 +2,19 @@
 
 Standard library only, like ``chaos.invariants``, which runs these after its own. They compare times
 that different processes read: a cancel's ``requested_at`` (the web process, once it holds the task's row
-lock), an attempt's start and end (its worker), a pause's call and return (the campaign), a call's
-arrival (the simulator). Every process of a campaign runs on one machine and so reads one clock; on
-several hosts each comparison would need the clocks' skew added to its slack.
+lock), an attempt's start and end (its worker), a pause's call and return (the campaign). Every process
+of a campaign runs on one machine and so reads one clock; on several hosts each comparison would need the
+clocks' skew as a slack.
 
 When a step may start. A worker decides at a *gate*: the claim (for the first step of a run: a run is
 one lease, one fencing token) or the write of the step before (the step boundary, which reads a cancel
-of the task and a pause of its pipeline in the same statement). A gate that read the row before a cancel
-or a pause committed lets one more step start after it. A boundary's gate is read after the step before
-it finished, so that finish time bounds it exactly. A claim's is not recorded: the checker assumes a
-worker starts its first step within ``CLAIM_SLACK_SECONDS`` of its claim (two round trips and a few lines
-of Python; a worker stopped for longer than that loses its lease, and its attempt is recorded without a
-start). A crashed attempt has no recorded start: it is left out of every check that needs one.
+of the task and a pause of its pipeline in the same statement, and takes a rate permit after it). A gate
+that read the row before a cancel or a pause committed lets one more step start after it. A boundary's
+gate is read after the step before it finished, so that finish time bounds it exactly. A claim's is not
+recorded: the checker assumes a worker starts the run's first step within ``CLAIM_SLACK_SECONDS`` of its
+claim (two round trips and a few lines of Python, some milliseconds; a worker held up longer between the
+two, descheduled for a second on a loaded machine, would make an honest run fail a check). A crashed
+attempt has no recorded start: it is left out of every check that needs one.
 """
 
 from __future__ import annotations
