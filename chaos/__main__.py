@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         "--limited-share",
         type=float,
         default=0.2,
-        help="share of tasks sent to the limited pipeline report_limited (max_concurrency 2, 5/s; default 0.2)",
+        help="share of tasks sent to the limited pipeline report_limited (max_concurrency 2, 10/s; default 0.2)",
     )
     parser.add_argument(
         "--cancel-share", type=float, default=0.1, help="share of tasks their client cancels over the API (default 0.1)"

@@ -2,7 +2,7 @@
 
 ``report_limited`` runs the report pipeline's steps, compensations and failure notice against the same
 platform, so every invariant of the report platform holds for its tasks too. It is held to
-``max_concurrency`` 2 and ``rate_limit`` 5/s, which the campaign's load exceeds in bursts and always after
+``max_concurrency`` 2 and ``rate_limit`` 10/s, which the campaign's load exceeds in bursts and always after
 the pause it gets (its held tasks are released at once). Its charge step waits a moment after the platform
 has charged: long enough for the campaign's client to cancel a task in the middle of a step, when the
 charge is made and not yet checkpointed (its compensation must find the charge by replaying its key).
@@ -19,7 +19,7 @@ from tasks.demo import report_pipeline as demo
 from tasks.pipelines import Pipeline
 
 MAX_CONCURRENCY = 2
-RATE_LIMIT = "5/s"
+RATE_LIMIT = "10/s"
 # Long against a step's few milliseconds at the simulator, short against the step's 10 s timeout.
 CHARGE_WAIT_SECONDS = 0.5
 

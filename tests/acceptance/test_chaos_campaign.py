@@ -2,7 +2,7 @@
 
 Every fault kind is injected (platform 5xx, 429, slow answers and 402s; SIGKILL and SIGSTOP of workers;
 a Redis restart and a FLUSHALL; pg_terminate_backend) while tasks are submitted over HTTP, some of them
-to the limited pipeline (max_concurrency 2, 5/s), which is paused and resumed once, and some cancelled by
+to the limited pipeline (max_concurrency 2, 10/s), which is paused and resumed once, and some cancelled by
 their client (queued, mid-step, waiting for a retry, repeated, finished); the command must settle, print
 the table and exit 0 with every invariant holding. A second run does the same in the
 production topology: every connection through PgBouncer in transaction mode, Redis under Sentinel with a

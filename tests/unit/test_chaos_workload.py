@@ -59,7 +59,7 @@ def test_the_limited_pipeline_is_the_report_pipeline_under_limits():
         assert registry.get(LIMITED_PIPELINE) is limited
     finally:
         registry.unregister(LIMITED_PIPELINE)  # the campaign's deployment loads it; the test processes do not
-    assert (limited.max_concurrency, str(limited.rate_limit)) == (2, "5/s")
+    assert (limited.max_concurrency, str(limited.rate_limit)) == (2, "10/s")
     assert [(s.name, s.compensate, s.effects, s.timeout) for s in limited.steps] == [
         (s.name, s.compensate, s.effects, s.timeout) for s in report.steps
     ]
