@@ -118,11 +118,7 @@ def _cancelled_compensated(run: RecordedRun) -> tuple[int, list[str]]:
             if unresolved:
                 problems.append(f"{len(unresolved)} unresolved DLQ items, expected none")
             if task["pipeline"] in platform:
-                kept = [charge_id for charge_id, charge in run.charges.get(task_id, []) if not charge["refunded"]]
-                if kept:
-                    problems.append(f"charge {', '.join(kept)} not refunded")
-                if run.files.get(task_id):
-                    problems.append(f"file {', '.join(run.files[task_id])} left at the platform")
+                problems += run.effects_left(task_id)
             compensated_steps = set(policy["compensated_steps"]) if policy else set()
             for entry in run.ledger.get(task_id, []):
                 if (

@@ -135,12 +135,7 @@ def _failed_compensated(run: RecordedRun) -> tuple[int, list[str]]:
     tasks = run.platform_tasks(NOT_SUCCEEDED_STATES)
     for task in tasks:
         task_id, generations = task["id"], run.generations(task["id"])
-        problems = []
-        kept = [charge_id for charge_id, charge in run.charges.get(task_id, []) if not charge["refunded"]]
-        if kept:
-            problems.append(f"charge {', '.join(kept)} not refunded")
-        if run.files.get(task_id):
-            problems.append(f"file {', '.join(run.files[task_id])} left at the platform")
+        problems = run.effects_left(task_id)
         unresolved = [item for item in run.dlq_items.get(task_id, []) if item["status"] in UNRESOLVED_DLQ_STATUSES]
         if len(unresolved) != 1:
             problems.append(f"{len(unresolved)} unresolved DLQ items, expected 1")

@@ -319,6 +319,16 @@ class RecordedRun:
         pipelines = set(self.record["meta"]["platform_pipelines"])
         return [t for t in self.tasks.values() if t["pipeline"] in pipelines and t["state"] in states]
 
+    def effects_left(self, task_id: str) -> list[str]:
+        """What of a task's undoable effects is still at the platform: charges not refunded, files not deleted."""
+        left = []
+        kept = [charge_id for charge_id, charge in self.charges.get(task_id, []) if not charge["refunded"]]
+        if kept:
+            left.append(f"charge {', '.join(kept)} not refunded")
+        if self.files.get(task_id):
+            left.append(f"file {', '.join(self.files[task_id])} left at the platform")
+        return left
+
     def accepted(self) -> list[dict]:
         return [s for s in self.record["submissions"] if s["status"] in ACCEPTED_STATUSES]
 

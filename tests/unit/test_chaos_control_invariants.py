@@ -31,12 +31,14 @@ from tests.unit.test_chaos_invariants import (
     at,
     attempt,
     call,
+    failing,
     key,
     ledger,
     policy,
     submission,
     task,
     valid_run,
+    violations,
 )
 
 LIMITED = "report_limited"
@@ -155,14 +157,6 @@ def live_run() -> dict:
 @pytest.fixture
 def run() -> dict:
     return copy.deepcopy(live_run())
-
-
-def failing(record: dict) -> set[str]:
-    return {result.name for result in check(record) if not result.holds}
-
-
-def violations(record: dict, name: str) -> tuple[str, ...]:
-    return next(result.violations for result in check(record) if result.name == name)
 
 
 def the_task(record: dict, task_id: str) -> dict:
