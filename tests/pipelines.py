@@ -238,6 +238,22 @@ def http_pay_ship(ctx):
     return {"report_id": response.json()["report_id"]}
 
 
+# One step, two calls: the charge goes through, then the report is refused (a fault rule answers 409).
+http_two_calls = Pipeline(
+    "t_http_two_calls", retry=RetryPolicy(max_attempts=2, base_delay=0.1, max_delay=0.2), failure_policy="compensate"
+)
+
+
+@http_two_calls.step(timeout=20)
+def charge_then_report(ctx):
+    http_pay_charge(ctx)
+    http_pay_ship(ctx)
+    return None
+
+
+charge_then_report.compensation(http_pay_refund)
+
+
 # The mistake ctx.http exists to catch: a mutating call that names no effect.
 http_no_effect = Pipeline("t_http_no_effect", failure_policy=FailurePolicy.PARK)
 
