@@ -1,6 +1,8 @@
 """`make chaos`: a fault campaign against a real deployment on this machine; exit 1 on any broken invariant.
 
-Example: ``make chaos CHAOS_ARGS="--tasks 600 --workers 4 --duration 180 --seed 3"``; production topologies:
+Example: ``make chaos CHAOS_ARGS="--tasks 600 --workers 4 --duration 180 --seed 3"``; live control: a share of
+tasks for a pipeline with limits (``--limited-share``), a share cancelled by their client (``--cancel-share``),
+that pipeline paused once (``--pause-seconds``); production topologies:
 ``--pgbouncer`` (every connection through PgBouncer in transaction mode), ``--sentinel`` (Redis under Sentinel,
 with the fault redis-failover), ``--own-cluster`` (a throwaway PostgreSQL cluster, with the fault pg-restart).
 """
@@ -68,6 +70,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, default=ROOT / "var" / "chaos", help="where runs are recorded")
     parser.add_argument("--lease-seconds", type=float, default=5.0, help="workers' lease (default 5)")
     parser.add_argument("--sweep-interval", type=float, default=1.0, help="sweeper interval (default 1)")
+    parser.add_argument(
+        "--limited-share",
+        type=float,
+        default=0.2,
+        help="share of tasks sent to the limited pipeline report_limited (max_concurrency 2, 10/s; default 0.2)",
+    )
+    parser.add_argument(
+        "--cancel-share", type=float, default=0.1, help="share of tasks their client cancels over the API (default 0.1)"
+    )
+    parser.add_argument(
+        "--pause-seconds",
+        type=float,
+        default=None,
+        help="how long report_limited is paused, once, mid-run (default 10%% of --duration, 5 to 30 s but at most "
+        "40%%; 0: no pause)",
+    )
     options = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
 
@@ -89,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         own_cluster=options.own_cluster,
         pgbouncer=options.pgbouncer,
         sentinel=options.sentinel,
+        limited_share=options.limited_share,
+        cancel_share=options.cancel_share,
+        pause_seconds=options.pause_seconds,
     )
     try:
         config.validate()

@@ -1,11 +1,12 @@
-"""One chaos campaign: deploy, submit under faults, settle, record, check.
+"""One chaos campaign: deploy, submit (and cancel, and pause) under faults, settle, record, check.
 
-``run(config)`` returns the recorded run (see ``chaos.invariants``) and the invariant results; it
+``run(config)`` returns the recorded run (see ``chaos.record``) and the invariant results; it
 writes ``record.json``, ``report.txt`` and every process's log under the run's directory. The plan
-(what is submitted when, with which key, user and deadline), the fault schedule (which fault when,
-which worker by its place in the pool) and the simulator's fault draws all follow from the seed; the
-interleaving of real processes does not, so two runs of one seed inject the same faults into
-slightly different moments of the work.
+(what is submitted when, to which pipeline, with which key, user and deadline, which tasks are
+cancelled at which moment), the fault schedule (which fault when, which worker by its place in the
+pool), the pause and the simulator's fault draws all follow from the seed; the interleaving of real
+processes does not, so two runs of one seed inject the same faults into slightly different moments
+of the work.
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ from pathlib import Path
 
 from chaos import faults as fault_module
 from chaos import invariants
+from chaos.controls import MAX_PAUSE_SHARE, PipelineOperator, default_pause_seconds, pause_plan
 from chaos.deployment import Deployment, DeploymentSettings
 from chaos.processes import DeploymentError
-from chaos.workload import Submitter, plan
+from chaos.record import TERMINAL_STATES
+from chaos.workload import LIMITED_PIPELINE, PLATFORM_PIPELINE, Canceller, Submitter, plan
 
 logger = logging.getLogger(__name__)
 
-TERMINAL_STATES = ("succeeded", "failed", "compensated", "compensation_failed")
+# The pipelines whose tasks act on the report platform; the limited one is the campaign's (chaos.pipelines).
+PLATFORM_PIPELINES = (PLATFORM_PIPELINE, LIMITED_PIPELINE)
 # Submissions and faults happen inside these shares of the duration; the rest lets retries play out.
 SUBMIT_SHARE = 0.75
 # Platform calls per task, roughly (four steps, retries, compensations): sizes the slow-answer rate.
@@ -58,11 +62,20 @@ class CampaignConfig:
     own_cluster: bool = False
     pgbouncer: bool = False
     sentinel: bool = False
+    # Live control: the share of tasks sent to the limited pipeline, the share their client cancels, and
+    # how long the limited pipeline is paused (None: default_pause_seconds(duration), none without the
+    # pipeline; 0: no pause).
+    limited_share: float = 0.2
+    cancel_share: float = 0.1
+    pause_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if self.faults is None:
             applicable = fault_module.applicable_faults(sentinel=self.sentinel, own_cluster=self.own_cluster)
             object.__setattr__(self, "faults", frozenset(applicable))
+        if self.pause_seconds is None:
+            pause = default_pause_seconds(self.duration) if self.limited_share else 0.0
+            object.__setattr__(self, "pause_seconds", pause)
 
     def validate(self) -> None:
         if self.tasks < 1:
@@ -86,6 +99,15 @@ class CampaignConfig:
                 raise ValueError(f"the fault {kind} needs {option} ({TOPOLOGY_FAULT_REASONS[kind]})")
         if self.own_cluster and self.server_url is not None:
             raise ValueError("--own-cluster runs a PostgreSQL cluster of its own: leave out --server-url")
+        for option, share in (("--limited-share", self.limited_share), ("--cancel-share", self.cancel_share)):
+            if not 0 <= share <= 1:
+                raise ValueError(f"{option} must be between 0 and 1, got {share:g}")
+        if not 0 <= self.pause_seconds <= MAX_PAUSE_SHARE * self.duration:
+            raise ValueError(
+                f"--pause-seconds must be between 0 and {MAX_PAUSE_SHARE:.0%} of --duration, got {self.pause_seconds:g}"
+            )
+        if self.pause_seconds and not self.limited_share:
+            raise ValueError("--pause-seconds pauses the limited pipeline: give it a --limited-share (or pause 0)")
 
 
 @dataclass
@@ -106,7 +128,17 @@ def run(config: CampaignConfig, *, progress=print) -> CampaignResult:
     run_dir = Path(config.output_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-seed{config.seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     window = config.duration * SUBMIT_SHARE
-    planned, broke_users = plan(seed=config.seed, tasks=config.tasks, window=window, with_402="402" in config.faults)
+    planned, broke_users = plan(
+        seed=config.seed,
+        tasks=config.tasks,
+        window=window,
+        with_402="402" in config.faults,
+        limited_share=config.limited_share,
+        cancel_share=config.cancel_share,
+    )
+    pause = pause_plan(
+        seed=config.seed, duration=config.duration, pipeline=LIMITED_PIPELINE, seconds=config.pause_seconds
+    )
     slow_rate = min(0.02, config.duration / SECONDS_PER_SLOW_ANSWER / (config.tasks * CALLS_PER_TASK))
     settings = DeploymentSettings(
         server_url=config.server_url,
@@ -133,16 +165,23 @@ def run(config: CampaignConfig, *, progress=print) -> CampaignResult:
         deployment.start()
         injector = fault_module.FaultInjector(deployment, seed=config.seed, lease_seconds=config.lease_seconds)
         scheduled = fault_module.schedule(seed=config.seed, faults=config.faults, window=config.duration)
-        submitter = Submitter(deployment.api_url, deployment.api_token)
-        progress(
-            f"chaos: submitting {config.tasks} tasks over {window:.0f} s with {len(scheduled)} scheduled faults "
-            f"(seed {config.seed})"
-        )
         stop = threading.Event()
+        canceller = Canceller(deployment.api_url, deployment.api_token, stop)
+        submitter = Submitter(deployment.api_url, deployment.api_token, canceller=canceller)
+        operator = PipelineOperator(workers_ready=deployment.pool.listening)
+        cancels = sum(1 for task in planned if task.cancel is not None)
+        limited = sum(1 for task in planned if task.pipeline == LIMITED_PIPELINE)
+        progress(
+            f"chaos: submitting {config.tasks} tasks over {window:.0f} s ({limited} to {LIMITED_PIPELINE}, "
+            f"{cancels} to cancel) with {len(scheduled)} scheduled faults"
+            + (f", {LIMITED_PIPELINE} paused at {pause.at:.0f} s for {pause.seconds:g} s" if pause else "")
+            + f" (seed {config.seed})"
+        )
         started = time.monotonic()
         threads = [
             threading.Thread(target=submitter.run, args=(planned, started, stop), name="submitter"),
             threading.Thread(target=injector.run, args=(scheduled, started, stop), name="faults"),
+            threading.Thread(target=operator.run, args=(pause, started, stop), name="operator"),
         ]
         for thread in threads:
             thread.start()
@@ -150,13 +189,14 @@ def run(config: CampaignConfig, *, progress=print) -> CampaignResult:
             for thread in threads:
                 while thread.is_alive():
                     thread.join(timeout=1)
+            canceller.wait()
         except KeyboardInterrupt:
             stop.set()
             raise
         remaining = config.duration - (time.monotonic() - started)
         settled = _settle(config.settle_timeout + max(0.0, remaining), progress)
         deployment.stop_workers()  # no more platform calls: the simulator's record is final
-        record = _record(config, deployment, submitter, injector, planned)
+        record = _record(config, deployment, submitter, canceller, injector, operator)
     finally:
         deployment.stop(drop_database=not config.keep_database)
     results = invariants.check(record)
@@ -193,20 +233,60 @@ def _settle(timeout: float, progress) -> bool:
         time.sleep(1)
 
 
-def _record(config, deployment: Deployment, submitter: Submitter, injector, planned) -> dict:
+def _time(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _policy(pipeline) -> dict:
+    """What the checker needs of a pipeline's declaration: retry budgets, compensated steps, limits."""
+    rate = pipeline.rate_limit
+    return {
+        "steps": [step.name for step in pipeline.steps],
+        "compensated_steps": [step.name for step in pipeline.steps if step.compensate is not None],
+        "max_attempts": max(pipeline.retry_policy_for(step).max_attempts for step in pipeline.steps),
+        "compensation_max_attempts": max(step.compensation_retry.max_attempts for step in pipeline.steps),
+        "max_concurrency": pipeline.max_concurrency,
+        "rate_limit": {"count": rate.count, "window_seconds": rate.window} if rate is not None else None,
+        "on_cancel": str(pipeline.on_cancel),
+    }
+
+
+def _holds(metrics_dir: Path) -> dict[str, dict[str, int]]:
+    """How often each pipeline's tasks were held back, by why (the engine's counter, summed over every process)."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(metrics_dir))
+    holds: dict[str, dict[str, int]] = {}
+    for metric in registry.collect():
+        if metric.name == "reliability_task_holds":
+            for sample in metric.samples:
+                if sample.name.endswith("_total"):
+                    by_hold = holds.setdefault(sample.labels["pipeline"], {})
+                    by_hold[sample.labels["hold"]] = by_hold.get(sample.labels["hold"], 0) + int(sample.value)
+    return holds
+
+
+def _record(config, deployment: Deployment, submitter: Submitter, canceller: Canceller, injector, operator) -> dict:
     from django.conf import settings
     from django.db import close_old_connections
 
     from dlq.models import DLQItem
     from tasks import registry
     from tasks.demo.platform_simulator import SimulatorControl
-    from tasks.models import StepAttempt, Task
+    from tasks.models import SideEffect, StepAttempt, Task
 
     close_old_connections()
-    pipeline = registry.get("report")
     control = SimulatorControl(deployment.simulator_url, timeout=60)
     tasks = [
-        {**row, "id": str(row["id"]), "deadline": row["deadline"].isoformat() if row["deadline"] else None}
+        {
+            **row,
+            "id": str(row["id"]),
+            "deadline": _time(row["deadline"]),
+            "cancel_requested_at": _time(row["cancel_requested_at"]),
+            "finished_at": _time(row["finished_at"]),
+        }
         for row in Task.objects.values(
             "id",
             "pipeline",
@@ -217,6 +297,9 @@ def _record(config, deployment: Deployment, submitter: Submitter, injector, plan
             "failure_reason",
             "failure_code",
             "deadline",
+            "cancel_requested_at",
+            "cancel_requested_by",
+            "finished_at",
         )
     ]
     return {
@@ -231,25 +314,49 @@ def _record(config, deployment: Deployment, submitter: Submitter, injector, plan
             "max_crashes": settings.RELIABILITY_MAX_CRASHES,
             "lease_seconds": config.lease_seconds,
             "worker_replacements": deployment.pool.replacements if deployment.pool else 0,
-            "policies": {
-                "report": {
-                    "steps": [step.name for step in pipeline.steps],
-                    "max_attempts": max(pipeline.retry_policy_for(step).max_attempts for step in pipeline.steps),
-                    "compensation_max_attempts": max(step.compensation_retry.max_attempts for step in pipeline.steps),
-                }
+            "live_control": {
+                "limited_share": config.limited_share,
+                "cancel_share": config.cancel_share,
+                "pause_seconds": config.pause_seconds,
             },
+            "holds": _holds(deployment.metrics_dir),
+            "platform_pipelines": list(PLATFORM_PIPELINES),
+            "policies": {name: _policy(registry.get(name)) for name in PLATFORM_PIPELINES},
         },
         "faults": injector.log,
+        "controls": operator.log,
         "submissions": submitter.records,
+        "cancels": canceller.records,
         "tasks": tasks,
         "dlq_items": [
             {**row, "task_id": str(row["task_id"])}
             for row in DLQItem.objects.values("task_id", "status", "reason_code")
         ],
         "attempts": [
-            {**row, "task_id": str(row["task_id"])}
+            {
+                **row,
+                "task_id": str(row["task_id"]),
+                "started_at": _time(row["started_at"]),
+                "finished_at": _time(row["finished_at"]),
+            }
             for row in StepAttempt.objects.values(
-                "task_id", "kind", "generation", "step_index", "step_name", "attempt", "outcome"
+                "task_id",
+                "kind",
+                "generation",
+                "step_index",
+                "step_name",
+                "attempt",
+                "outcome",
+                "fencing_token",
+                "worker",
+                "started_at",
+                "finished_at",
+            )
+        ],
+        "ledger": [
+            {**row, "task_id": str(row["task_id"])}
+            for row in SideEffect.objects.values(
+                "task_id", "generation", "step_name", "effect_name", "effect_key", "status"
             )
         ],
         "calls": control.calls(),

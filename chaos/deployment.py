@@ -142,8 +142,13 @@ class Deployment:
         finally:
             admin.close()
 
+    @property
+    def metrics_dir(self) -> Path:
+        """Where every process of the deployment keeps its Prometheus metrics (multiprocess mode)."""
+        return self.run_dir / "prometheus"
+
     def _environment(self) -> dict[str, str]:
-        metrics_dir = self.run_dir / "prometheus"
+        metrics_dir = self.metrics_dir
         shutil.rmtree(metrics_dir, ignore_errors=True)
         metrics_dir.mkdir(parents=True)
         env = dict(os.environ)
@@ -156,7 +161,8 @@ class Deployment:
                 "DJANGO_SECRET_KEY": env.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50),
                 "DJANGO_DEBUG": "0",
                 "DJANGO_SECURE_HTTPS": "0",  # plain HTTP on 127.0.0.1
-                "RELIABILITY_PIPELINE_MODULES": "tasks.demo.report_pipeline",
+                # The demo's report pipeline and the campaign's limited copy of it (chaos.pipelines).
+                "RELIABILITY_PIPELINE_MODULES": "tasks.demo.report_pipeline,chaos.pipelines",
                 "RELIABILITY_LEASE_SECONDS": str(self.settings.lease_seconds),
                 "RELIABILITY_SWEEP_INTERVAL_SECONDS": str(self.settings.sweep_interval),
                 "RELIABILITY_REDELIVERY_GRACE_SECONDS": str(self.settings.redelivery_grace),

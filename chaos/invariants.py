@@ -2,7 +2,8 @@
 
 Standard library only, no Django: the campaign dumps a *recorded run* (one JSON document) and this
 module judges it, so a run can be judged again from its file alone (``python -m chaos.check``).
-The record format and its validation live in ``chaos.record``.
+The record format and its validation live in ``chaos.record``; the invariants of live control
+(cancels, a paused pipeline, limits) in ``chaos.control_invariants``, judged after these.
 """
 
 from __future__ import annotations
@@ -10,128 +11,33 @@ from __future__ import annotations
 import json
 import urllib.parse
 from collections import Counter, defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
 
-__all__ = ["InvariantResult", "RecordError", "check", "fault_summary", "format_table", "validate_record"]
-
-
+from chaos import control_invariants
 from chaos.record import (
-    ACCEPTED_STATUSES,
     NOT_SUCCEEDED_STATES,
     TERMINAL_STATES,
     UNRESOLVED_DLQ_STATUSES,
+    RecordedRun,
     RecordError,
     validate_record,
 )
+from chaos.verdicts import VIOLATIONS_SHOWN, Invariant, InvariantResult, registrar
 
-# Only the demo report pipeline acts on the report platform; other pipelines have no effects to check.
-PLATFORM_PIPELINE = "report"
-# Under a failing invariant the table shows this many violations and counts the rest.
-VIOLATIONS_SHOWN = 5
+__all__ = ["InvariantResult", "RecordError", "check", "fault_summary", "format_table", "validate_record"]
 
-
-@dataclass(frozen=True)
-class InvariantResult:
-    name: str
-    description: str
-    checked: int
-    violations: tuple[str, ...] = ()
-
-    @property
-    def holds(self) -> bool:
-        return not self.violations
-
-
-@dataclass(frozen=True)
-class _Run:
-    record: dict
-    tasks: dict[str, dict]
-    charges: dict[str, list[tuple[str, dict]]]  # task id -> [(charge id, charge)]
-    files: dict[str, list[str]]  # task id -> file names
-    reports: Counter[str]
-    notifications: Counter[str]
-    failure_notices: Counter[str]
-    dlq_items: dict[str, list[dict]]
-
-    @classmethod
-    def of(cls, record: dict) -> _Run:
-        platform = record["platform"]
-        charges: dict[str, list[tuple[str, dict]]] = defaultdict(list)
-        for charge_id, charge in platform["charges"].items():
-            charges[charge["task_id"]].append((charge_id, charge))
-        files: dict[str, list[str]] = defaultdict(list)
-        for name, file in sorted(platform["files"].items()):
-            files[file["task_id"]].append(name)
-        dlq_items: dict[str, list[dict]] = defaultdict(list)
-        for item in record["dlq_items"]:
-            dlq_items[item["task_id"]].append(item)
-        return cls(
-            record=record,
-            tasks={task["id"]: task for task in record["tasks"]},
-            charges=dict(charges),
-            files=dict(files),
-            reports=Counter(report["task_id"] for report in platform["reports"]),
-            notifications=Counter(notification["task_id"] for notification in platform["notifications"]),
-            failure_notices=_failure_notices(record),
-            dlq_items=dict(dlq_items),
-        )
-
-    def generations(self, task_id: str) -> int:
-        """Generations a task has started: each one compensated may leave a refunded charge, a report, a notice."""
-        task = self.tasks.get(task_id)
-        return task["generation"] + 1 if task is not None else 1
-
-    def platform_tasks(self, states: frozenset[str]) -> list[dict]:
-        return [t for t in self.tasks.values() if t["pipeline"] == PLATFORM_PIPELINE and t["state"] in states]
-
-    def accepted(self) -> list[dict]:
-        return [s for s in self.record["submissions"] if s["status"] in ACCEPTED_STATUSES]
-
-
-def _failure_notices(record: dict) -> Counter[str]:
-    """Notifications sent by a task's failure notice, told from its step's by the effect key.
-
-    Effect keys are ``rc-<task>-g<generation>-<step>-<effect>``; the notice's step name comes from its
-    attempts. A failed task may also have sent its last step's notification (a timeout after the platform
-    acted), which is not a second notice.
-    """
-    notice_steps: dict[str, set[str]] = defaultdict(set)
-    for attempt in record["attempts"]:
-        if attempt["kind"] == "failure_notice":
-            notice_steps[attempt["task_id"]].add(attempt["step_name"])
-    return Counter(
-        call["task_id"]
-        for call in record["calls"]
-        if call["kind"] == "notification"
-        and call["effect"]
-        and any(f"-{step}-" in (call["idempotency_key"] or "") for step in notice_steps.get(call["task_id"], ()))
-    )
-
-
-_Invariant = Callable[[_Run], InvariantResult]
-_INVARIANTS: list[_Invariant] = []
-
-
-def _invariant(name: str, description: str) -> Callable[[Callable[[_Run], tuple[int, list[str]]]], _Invariant]:
-    """Register a function returning (things checked, violations) as the invariant ``name``."""
-
-    def register(function: Callable[[_Run], tuple[int, list[str]]]) -> _Invariant:
-        def judge(run: _Run) -> InvariantResult:
-            checked, violations = function(run)
-            return InvariantResult(name, description, checked, tuple(violations))
-
-        _INVARIANTS.append(judge)
-        return judge
-
-    return register
+_INVARIANTS: list[Invariant] = []
+_invariant = registrar(_INVARIANTS)
 
 
 def check(record: dict) -> list[InvariantResult]:
-    """Judge a recorded run against every invariant, in a fixed order; ``RecordError`` if it is malformed."""
+    """Judge a recorded run against every invariant, in a fixed order; ``RecordError`` if it is malformed.
+
+    The effects' invariants first (below), then those of live control: cancels, pauses, limits
+    (``chaos.control_invariants``).
+    """
     validate_record(record)
-    run = _Run.of(record)
-    return [invariant(run) for invariant in _INVARIANTS]
+    run = RecordedRun.of(record)
+    return [invariant(run) for invariant in (*_INVARIANTS, *control_invariants.INVARIANTS)]
 
 
 def _between(count: int, generations: int) -> bool:
@@ -145,8 +51,12 @@ def _expected(generations: int) -> str:
 # --- the invariants -------------------------------------------------------------------------------------------------
 
 
-@_invariant("all_terminal", "every accepted submission names a task that exists and is in a terminal state")
-def _all_terminal(run: _Run) -> tuple[int, list[str]]:
+@_invariant(
+    "all_terminal",
+    "every accepted submission names a task that exists and ended in one terminal state "
+    "(succeeded, failed, compensated, compensation_failed or cancelled)",
+)
+def _all_terminal(run: RecordedRun) -> tuple[int, list[str]]:
     violations: list[str] = []
     requests_by_task: dict[str, list[str]] = defaultdict(list)
     accepted = run.accepted()
@@ -168,7 +78,7 @@ def _all_terminal(run: _Run) -> tuple[int, list[str]]:
 
 
 @_invariant("one_task_per_key", "accepted submissions sharing an idempotency key got one task; one task row per key")
-def _one_task_per_key(run: _Run) -> tuple[int, list[str]]:
+def _one_task_per_key(run: RecordedRun) -> tuple[int, list[str]]:
     # Keys are scoped per API client; a campaign submits as one client, so the key alone identifies a request.
     answered: dict[str, list[str]] = defaultdict(list)
     for submission in run.accepted():
@@ -194,7 +104,7 @@ def _one_task_per_key(run: _Run) -> tuple[int, list[str]]:
     "succeeded_effects_once",
     "a succeeded report task has one charge not refunded, one report, its own file and one notification",
 )
-def _succeeded_effects_once(run: _Run) -> tuple[int, list[str]]:
+def _succeeded_effects_once(run: RecordedRun) -> tuple[int, list[str]]:
     violations = []
     tasks = run.platform_tasks(frozenset({"succeeded"}))
     for task in tasks:
@@ -220,17 +130,12 @@ def _succeeded_effects_once(run: _Run) -> tuple[int, list[str]]:
     "failed_compensated",
     "a report task that did not succeed has its charges refunded, no file, one open DLQ item, at most one notice",
 )
-def _failed_compensated(run: _Run) -> tuple[int, list[str]]:
+def _failed_compensated(run: RecordedRun) -> tuple[int, list[str]]:
     violations = []
     tasks = run.platform_tasks(NOT_SUCCEEDED_STATES)
     for task in tasks:
         task_id, generations = task["id"], run.generations(task["id"])
-        problems = []
-        kept = [charge_id for charge_id, charge in run.charges.get(task_id, []) if not charge["refunded"]]
-        if kept:
-            problems.append(f"charge {', '.join(kept)} not refunded")
-        if run.files.get(task_id):
-            problems.append(f"file {', '.join(run.files[task_id])} left at the platform")
+        problems = run.effects_left(task_id)
         unresolved = [item for item in run.dlq_items.get(task_id, []) if item["status"] in UNRESOLVED_DLQ_STATUSES]
         if len(unresolved) != 1:
             problems.append(f"{len(unresolved)} unresolved DLQ items, expected 1")
@@ -244,7 +149,7 @@ def _failed_compensated(run: _Run) -> tuple[int, list[str]]:
 
 
 @_invariant("no_duplicate_charge", "at most one charge per task and generation, refunded or not")
-def _no_duplicate_charge(run: _Run) -> tuple[int, list[str]]:
+def _no_duplicate_charge(run: RecordedRun) -> tuple[int, list[str]]:
     violations = []
     for task_id, charges in run.charges.items():
         generations = run.generations(task_id)
@@ -258,7 +163,7 @@ def _no_duplicate_charge(run: _Run) -> tuple[int, list[str]]:
     "no_refund_without_charge",
     "every refund that took effect undoes an existing charge of the same task; none for a succeeded task",
 )
-def _no_refund_without_charge(run: _Run) -> tuple[int, list[str]]:
+def _no_refund_without_charge(run: RecordedRun) -> tuple[int, list[str]]:
     violations = []
     charges = run.record["platform"]["charges"]
     refunds = [call for call in run.record["calls"] if call["kind"] == "refund" and call["effect"]]
@@ -291,7 +196,7 @@ def _refunded_charge_id(path: str) -> str:
 
 
 @_invariant("no_late_calls", "no call reached the platform after the deadline it carried")
-def _no_late_calls(run: _Run) -> tuple[int, list[str]]:
+def _no_late_calls(run: RecordedRun) -> tuple[int, list[str]]:
     violations = []
     calls = run.record["calls"]
     for call in calls:
@@ -305,7 +210,7 @@ def _no_late_calls(run: _Run) -> tuple[int, list[str]]:
 
 
 @_invariant("no_key_reuse", "no idempotency key at the platform was used for two different requests")
-def _no_key_reuse(run: _Run) -> tuple[int, list[str]]:
+def _no_key_reuse(run: RecordedRun) -> tuple[int, list[str]]:
     calls = run.record["calls"]
     requests: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for call in calls:
@@ -335,7 +240,7 @@ def _fingerprint(call: dict) -> str:
     "per task generation: tries within the retry budgets and crashes within max_crashes "
     "(pipelines absent from meta.policies are skipped and not counted)",
 )
-def _attempts_within_policy(run: _Run) -> tuple[int, list[str]]:
+def _attempts_within_policy(run: RecordedRun) -> tuple[int, list[str]]:
     meta = run.record["meta"]
     policies, max_crashes = meta["policies"], meta["max_crashes"]
     by_generation: dict[tuple[str, int], list[dict]] = defaultdict(list)
@@ -407,6 +312,12 @@ def format_table(record: dict, results: list[InvariantResult]) -> str:
     lines.append(f"{'fault injected':<{width}}  {'count':>7}")
     lines += [f"{kind:<{width}}  {count:>7}" for kind, count in faults] or ["(none)"]
     lines.append("")
+    if record["cancels"] or record["controls"]:
+        actions = control_invariants.control_summary(record)
+        width = max(len("live control"), *(len(what) for what, _ in actions))
+        lines.append(f"{'live control':<{width}}  {'count':>7}")
+        lines += [f"{what:<{width}}  {count:>7}" for what, count in actions]
+        lines.append("")
     width = max([len("invariant"), *(len(result.name) for result in results)])
     lines.append(f"{'invariant':<{width}}  {'checked':>7}  {'violations':>10}  result")
     for result in results:

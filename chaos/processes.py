@@ -193,6 +193,8 @@ class PrivateRedis:
             raise DeploymentError("redis FLUSHALL was refused")
 
 
+# What RQ logs when a worker's loop starts taking jobs.
+LISTENING = "*** Listening on"
 # The engine's queues, highest priority first (settings.RELIABILITY_QUEUES; a unit test keeps them equal).
 # Named on the command line, as a deployment's unit files name them.
 WORKER_QUEUES = ("critical", "default", "bulk")
@@ -241,6 +243,10 @@ class WorkerPool:
     def live(self) -> list[Child]:
         with self._lock:
             return [w for w in self.workers if w.alive()]
+
+    def listening(self) -> bool:
+        """Whether a live worker has started taking jobs (RQ logs it once, when its loop starts)."""
+        return any(LISTENING in worker.tail(None) for worker in self.live())
 
     def by_pid(self, pid: int) -> Child | None:
         with self._lock:

@@ -1,9 +1,13 @@
-"""The tasks a campaign submits: a plan drawn from the seed, then HTTP clients that follow it.
+"""The tasks a campaign submits and cancels: a plan drawn from the seed, then HTTP clients that follow it.
 
 Most submissions carry an Idempotency-Key and are retried with the same key when the answer is lost or
 is a 5xx, as a careful client would; some are sent by several clients at once with one key; some carry
 no key (sent once); some have a deadline short enough to pass mid-pipeline; some belong to users the
-platform refuses (402).
+platform refuses (402). A share goes to the campaign's limited pipeline (``chaos.pipelines``) instead of
+the demo's. A share is cancelled over the API by their client (``Canceller``) at a moment of their run the
+plan picks: as soon as the task is accepted, once it is seen running or waiting for a retry, after a
+while, or once it finished (a 409); some of those cancels are sent a second time, which must be the same
+cancel. A cancel whose answer is lost or a 5xx is sent again: cancelling is idempotent.
 """
 
 from __future__ import annotations
@@ -11,10 +15,13 @@ from __future__ import annotations
 import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import requests
+
+from chaos.record import TERMINAL_STATES
 
 # Shares of the plan (each drawn per task from the seed).
 KEYLESS_SHARE = 0.15
@@ -26,6 +33,30 @@ BROKE_SHARE = 0.05  # tasks of users the platform answers 402
 # A keyed request whose answer is lost or a 5xx is sent again with the same key, this many times in all.
 MAX_SENDS = 8
 CLIENT_TIMEOUT = 30.0
+PLATFORM_PIPELINE = "report"
+# Declared in chaos.pipelines, which only imports once Django is set up (the campaign's deployment does it).
+LIMITED_PIPELINE = "report_limited"
+# When the client cancels a task it chose to cancel (drawn per task, with these weights):
+CANCEL_MODES = {
+    "at_once": 0.2,  # as soon as the submission is answered: mostly queued or held, sometimes running already
+    "running": 0.3,  # once the task is seen running (the limited pipeline's charge step waits: mid-step)
+    "retrying": 0.2,  # once it is seen waiting for a retry (or after WATCH_SECONDS, whatever it is doing)
+    "after": 0.15,  # after a random delay (CANCEL_DELAY_RANGE)
+    "finished": 0.15,  # once it is terminal: the API must refuse it (409 task_not_cancellable)
+}
+CANCEL_DELAY_RANGE = (0.1, 3.0)
+REPEAT_SHARE = 0.3  # of cancels: sent once more, this long after the first was answered
+REPEAT_DELAY_RANGE = (0.0, 0.5)
+# How often a cancelling client looks at its task, and for how long at most, per mode.
+POLL_SECONDS = {"running": 0.05, "retrying": 0.1, "finished": 0.25}
+WATCH_SECONDS = {"running": 10.0, "retrying": 10.0, "finished": 30.0}
+
+
+@dataclass(frozen=True)
+class PlannedCancel:
+    mode: str  # a key of CANCEL_MODES
+    delay: float  # seconds after the answer, for the mode "after"
+    repeat_after: float | None  # seconds after the first cancel was answered, when it is sent again
 
 
 @dataclass(frozen=True)
@@ -37,17 +68,27 @@ class PlannedTask:
     idempotency_key: str | None
     clients: int
     deadline_seconds: float | None
+    pipeline: str = PLATFORM_PIPELINE
+    cancel: PlannedCancel | None = None
 
     def body(self) -> dict:
-        body: dict = {"pipeline": "report", "input": {"user_id": self.user_id, "topic": self.topic}}
+        body: dict = {"pipeline": self.pipeline, "input": {"user_id": self.user_id, "topic": self.topic}}
         if self.deadline_seconds is not None:
             body["deadline_seconds"] = self.deadline_seconds
         return body
 
 
-def plan(*, seed: int, tasks: int, window: float, with_402: bool) -> tuple[list[PlannedTask], list[str]]:
-    """The submissions, in time order, and the users the platform must refuse."""
+def plan(
+    *, seed: int, tasks: int, window: float, with_402: bool, limited_share: float = 0.0, cancel_share: float = 0.0
+) -> tuple[list[PlannedTask], list[str]]:
+    """The submissions, in time order, and the users the platform must refuse.
+
+    ``limited_share`` of the tasks go to the limited pipeline, ``cancel_share`` are cancelled by their
+    client. Both come from a generator of their own, drawn the same for every share, so a seed's
+    submissions stay what they were without them and a share changes nothing but itself.
+    """
     rng = random.Random(f"workload-{seed}")
+    live = random.Random(f"live-control-{seed}")
     users = max(10, tasks // 5)
     broke_users = [f"broke-{n}" for n in range(max(1, users // 20))] if with_402 else []
     offsets = sorted(rng.uniform(0, window) for _ in range(tasks))
@@ -60,6 +101,7 @@ def plan(*, seed: int, tasks: int, window: float, with_402: bool) -> tuple[list[
         keyless = rng.random() < KEYLESS_SHARE
         clients = DUPLICATE_CLIENTS if not keyless and rng.random() < DUPLICATE_SHARE else 1
         deadline = round(rng.uniform(*DEADLINE_RANGE), 2) if rng.random() < DEADLINE_SHARE else None
+        limited, cancel = live.random() < limited_share, _planned_cancel(live)
         planned.append(
             PlannedTask(
                 index=index,
@@ -69,17 +111,27 @@ def plan(*, seed: int, tasks: int, window: float, with_402: bool) -> tuple[list[
                 idempotency_key=None if keyless else f"chaos-{seed}-{index}",
                 clients=clients,
                 deadline_seconds=deadline,
+                pipeline=LIMITED_PIPELINE if limited else PLATFORM_PIPELINE,
+                cancel=cancel if live.random() < cancel_share else None,
             )
         )
     return planned, broke_users
 
 
+def _planned_cancel(rng: random.Random) -> PlannedCancel:
+    (mode,) = rng.choices(list(CANCEL_MODES), weights=list(CANCEL_MODES.values()))
+    delay = round(rng.uniform(*CANCEL_DELAY_RANGE), 2)
+    repeat_after = round(rng.uniform(*REPEAT_DELAY_RANGE), 2)
+    return PlannedCancel(mode=mode, delay=delay, repeat_after=repeat_after if rng.random() < REPEAT_SHARE else None)
+
+
 class Submitter:
     """Sends the plan over HTTP on time, from a pool of client threads; keeps what every client got."""
 
-    def __init__(self, api_url: str, token: str, *, threads: int = 24) -> None:
+    def __init__(self, api_url: str, token: str, *, threads: int = 24, canceller: Canceller | None = None) -> None:
         self.url = api_url + "/api/v1/tasks"
         self.token = token
+        self.canceller = canceller
         self.records: list[dict] = []
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -98,12 +150,7 @@ class Submitter:
         self._pool.shutdown()
 
     def _session(self) -> requests.Session:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = requests.Session()
-            session.headers["Authorization"] = f"Bearer {self.token}"
-            self._local.session = session
-        return session
+        return _thread_session(self._local, self.token)
 
     def _send(self, task: PlannedTask, client: int) -> None:
         headers = {"Idempotency-Key": task.idempotency_key} if task.idempotency_key else {}
@@ -134,6 +181,116 @@ class Submitter:
                     "status": status,
                     "task_id": task_id,
                     "replayed": replayed,
+                    "error": error,
+                }
+            )
+        # The first client of a task cancels it (the others of a duplicate submission only submit).
+        if task_id is not None and task.cancel is not None and client == 0 and self.canceller is not None:
+            self.canceller.schedule(task, task_id)
+
+
+def _thread_session(local: threading.local, token: str) -> requests.Session:
+    session = getattr(local, "session", None)
+    if session is None:
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {token}"
+        local.session = session
+    return session
+
+
+class Canceller:
+    """Cancels the planned tasks over HTTP, each at its moment, from a pool of client threads.
+
+    Keeps every cancel request's outcome (``records``): its answer's status, the task's state in it (the
+    409's ``details.state``) and the cancel's ``requested_at`` as the API reported it.
+    """
+
+    def __init__(self, api_url: str, token: str, stop: threading.Event, *, threads: int = 12) -> None:
+        self.url = api_url + "/api/v1/tasks/"
+        self.token = token
+        self.stop = stop
+        self.records: list[dict] = []
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._futures: list[Future] = []
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="canceller")
+
+    def schedule(self, task: PlannedTask, task_id: str) -> None:
+        with self._lock:
+            self._futures.append(self._pool.submit(self._run, task, task_id))
+
+    def wait(self) -> None:
+        """Once the submissions are all sent: until every cancel was (each waits WATCH_SECONDS at most)."""
+        with self._lock:
+            futures = list(self._futures)
+        for future in futures:
+            future.result()
+        self._pool.shutdown()
+
+    def _run(self, task: PlannedTask, task_id: str) -> None:
+        cancel = task.cancel
+        assert cancel is not None
+        if cancel.mode == "after":
+            self.stop.wait(cancel.delay)
+        elif cancel.mode in POLL_SECONDS:
+            self._await_moment(task_id, cancel.mode)
+        if self.stop.is_set():
+            return
+        self._send(task, task_id, repeat=False)
+        if cancel.repeat_after is not None and not self.stop.wait(cancel.repeat_after):
+            self._send(task, task_id, repeat=True)
+
+    def _await_moment(self, task_id: str, mode: str) -> None:
+        """Poll the task until it is in the state the mode waits for (or terminal, or the watch is over)."""
+        wanted = {"running": {"running"}, "retrying": {"retry_scheduled"}, "finished": set()}[mode]
+        deadline = time.monotonic() + WATCH_SECONDS[mode]
+        while time.monotonic() < deadline and not self.stop.is_set():
+            try:
+                response = _thread_session(self._local, self.token).get(self.url + task_id, timeout=CLIENT_TIMEOUT)
+            except requests.RequestException:
+                response = None
+            if response is not None and response.status_code == 200:
+                state = response.json()["state"]
+                if state in wanted or state in TERMINAL_STATES:
+                    return
+            self.stop.wait(POLL_SECONDS[mode])
+
+    def _send(self, task: PlannedTask, task_id: str, *, repeat: bool) -> None:
+        assert task.cancel is not None
+        sent_at = datetime.now(UTC).isoformat()
+        status, state, requested_at, error = 0, None, None, ""
+        for send in range(MAX_SENDS):
+            try:
+                response = _thread_session(self._local, self.token).post(
+                    self.url + task_id + "/cancel",
+                    json={"reason": f"chaos: {task.cancel.mode}"},
+                    timeout=CLIENT_TIMEOUT,
+                )
+            except requests.RequestException as exc:
+                status, error = 0, type(exc).__name__
+            else:
+                status, error = response.status_code, ""
+                if status in (200, 202):
+                    body = response.json()
+                    state, requested_at = body["state"], (body["cancel"] or {}).get("requested_at")
+                    break
+                error = response.text[:200]
+                if status < 500:
+                    if status == 409:
+                        state = ((response.json().get("error") or {}).get("details") or {}).get("state")
+                    break
+            time.sleep(min(0.2 * 2**send, 2.0))  # cancelling again is the same cancel: safe to resend
+        with self._lock:
+            self.records.append(
+                {
+                    "request_id": f"{task.index}-cancel-{2 if repeat else 1}",
+                    "task_id": task_id,
+                    "mode": task.cancel.mode,
+                    "repeat": repeat,
+                    "status": status,
+                    "state": state,
+                    "requested_at": requested_at,
+                    "sent_at": sent_at,
                     "error": error,
                 }
             )

@@ -56,6 +56,8 @@ class StepContext:
         #: For the failure notice: reason, code and message of the failure.
         self.failure = failure
         self.used_keys: dict[str, str] = {}
+        # Effects the far side confirmed (a 2xx answer through ctx.http): done even if the step then fails.
+        self.acted_keys: dict[str, str] = {}
         self._http = None
 
     @property

@@ -96,7 +96,11 @@ class StepSession(requests.Session):
             # requests' positional order after url: params, data, headers, cookies, files, auth, timeout, ...
             raise TypeError("ctx.http: pass everything after the URL by keyword")
         kwargs["timeout"] = _shortened(kwargs.get("timeout"), left)
-        return super().request(method, url, headers=headers, **kwargs)
+        response = super().request(method, url, headers=headers, **kwargs)
+        if effect not in (None, REQUIRED) and 200 <= response.status_code < 300:
+            # It acted: should the step fail after this (a second call refused), compensation must cover it.
+            self.ctx.acted_keys[effect] = headers["Idempotency-Key"]
+        return response
 
 
 def _shortened(timeout: Any, left: float) -> Any:

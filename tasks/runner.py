@@ -229,7 +229,10 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
         record = dataclasses.replace(result.record, retry_delay=decision.delay)
         step_retry_scheduled(claim=claim, record=record, retry_at=timezone.now() + timedelta(seconds=decision.delay))
         return
-    uncertain = dict(ctx.used_keys) if error.effect_uncertain else None
+    # The step's effects that may have happened: all it used when its last answer left that open (a
+    # timeout, a lost connection, a 5xx), else those the far side confirmed before the step failed (a
+    # charge answered 201, then a second call refused): compensation covers the step either way.
+    uncertain = dict(ctx.used_keys) if error.effect_uncertain else (dict(ctx.acted_keys) or None)
     _fail(claim, pipeline, decision.reason, error, index, step.name, result.record, uncertain)
 
 

@@ -238,6 +238,22 @@ def http_pay_ship(ctx):
     return {"report_id": response.json()["report_id"]}
 
 
+# One step, two calls: the charge goes through, then the report is refused (a fault rule answers 409).
+http_two_calls = Pipeline(
+    "t_http_two_calls", retry=RetryPolicy(max_attempts=2, base_delay=0.1, max_delay=0.2), failure_policy="compensate"
+)
+
+
+@http_two_calls.step(timeout=20)
+def charge_then_report(ctx):
+    http_pay_charge(ctx)
+    http_pay_ship(ctx)
+    return None
+
+
+charge_then_report.compensation(http_pay_refund)
+
+
 # The mistake ctx.http exists to catch: a mutating call that names no effect.
 http_no_effect = Pipeline("t_http_no_effect", failure_policy=FailurePolicy.PARK)
 
@@ -377,3 +393,59 @@ def rated_a(ctx):
 @two_per_second.step
 def rated_b(ctx):
     return None
+
+
+# Live control against real workers (issue #14 acceptance). Four steps, each charging the platform, undone by
+# http_pay's refund (which replays the charge when the step's effect is uncertain). A step named in input
+# "work_ms" first does that much work at the platform, one named in "sleep_s" sleeps first: the slow step a
+# cancel interrupts. Retries wait long, so a retry-scheduled task stays so.
+live_cancel = Pipeline("t_live_cancel", retry=RetryPolicy(max_attempts=3, base_delay=30, max_delay=60, jitter=False))
+
+
+def _live_charge_step(name: str):
+    def step(ctx):
+        import time
+
+        if ctx.input.get("sleep_s", {}).get(name):
+            time.sleep(ctx.input["sleep_s"][name])
+        work_ms = ctx.input.get("work_ms", {}).get(name)
+        if work_ms:
+            ctx.http.post(f"{_platform_url()}/v1/work", json={"ms": work_ms}, effect="work").raise_for_status()
+        response = ctx.http.post(
+            f"{_platform_url()}/v1/quota/charges", json={"user_id": ctx.input["user_id"], "units": 1}, effect="charge"
+        )
+        response.raise_for_status()
+        return {"charge_id": response.json()["charge_id"]}
+
+    step.__name__ = name
+    return step
+
+
+LIVE_CANCEL_STEPS = ("lc_one", "lc_two", "lc_three", "lc_four")
+for _name in LIVE_CANCEL_STEPS:
+    live_cancel.step(_live_charge_step(_name), compensate=http_pay_refund, timeout=120)
+
+
+def _work_step(pipeline: Pipeline, name: str):
+    """A step that does input "ms" (default 0) of work at the platform: its start and end are recorded there."""
+
+    def step(ctx):
+        response = ctx.http.post(f"{_platform_url()}/v1/work", json={"ms": ctx.input.get("ms", 0)}, effect="work")
+        response.raise_for_status()
+        return {"work_id": response.json()["work_id"]}
+
+    step.__name__ = name
+    return pipeline.step(step, timeout=120)
+
+
+live_work = Pipeline("t_live_work")
+_work_step(live_work, "work_one")
+_work_step(live_work, "work_two")
+# At most two at once (overridable at runtime), one at a time, and five step starts a second.
+live_limited = Pipeline("t_live_limited", max_concurrency=2)
+_work_step(live_limited, "limited_work")
+live_single = Pipeline("t_live_single", max_concurrency=1)
+_work_step(live_single, "single_work")
+live_rated = Pipeline("t_live_rated", rate_limit="5/s")
+_work_step(live_rated, "rated_one")
+_work_step(live_rated, "rated_two")

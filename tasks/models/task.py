@@ -217,16 +217,13 @@ class Task(ConcurrentTransitionMixin, models.Model):
         if self.state == TaskState.RUNNING:
             self._attempt_not_made()
             self._release_lease()
+        else:
+            # Held by its claim: the delivery that brought it ends here, its RQ job still running, and RQ
+            # deletes that job id when the job returns. The release is a new delivery: a new token, so a
+            # new job id (``tasks.delivery.job_id``) that the finishing job cannot take with it.
+            self.fencing_token += 1
         self.hold = hold
         self.retry_at = until
-        # Its next delivery gets a job id of its own: held at its claim, the task's job is still
-        # running (and RQ deletes that job's hash when it returns, taking a same-id delivery with it).
-        self.fencing_token += 1
-
-    def release_hold(self) -> None:
-        """Not a transition: a held task may start again (it is delivered with this change)."""
-        self.hold = TaskHold.NONE
-        self.retry_at = None
 
     @transition(field=state, source=TaskState.QUEUED, target=TaskState.RUNNING)
     def claim(self, *, owner: str, lease_seconds: float) -> None:

@@ -1,8 +1,10 @@
 """The short chaos campaign: `make chaos` in about two minutes, as a user would run it.
 
 Every fault kind is injected (platform 5xx, 429, slow answers and 402s; SIGKILL and SIGSTOP of workers;
-a Redis restart and a FLUSHALL; pg_terminate_backend) while tasks are submitted over HTTP; the command
-must settle, print the table and exit 0 with every invariant holding. A second run does the same in the
+a Redis restart and a FLUSHALL; pg_terminate_backend) while tasks are submitted over HTTP, some of them
+to the limited pipeline (max_concurrency 2, 10/s), which is paused and resumed once, and some cancelled by
+their client (queued, mid-step, waiting for a retry, repeated, finished); the command must settle, print
+the table and exit 0 with every invariant holding. A second run does the same in the
 production topology: every connection through PgBouncer in transaction mode, Redis under Sentinel with a
 failover of the primary, and PostgreSQL restarted (a cluster of the campaign's own).
 """
@@ -18,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from chaos.control_invariants import control_summary
 from chaos.invariants import check
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -51,6 +54,7 @@ def test_short_campaign_injects_every_fault_and_every_invariant_holds(tmp_path):
         "--tasks=200",
         "--duration=75",
         "--seed=11",
+        "--cancel-share=0.15",  # some 30 cancels: enough to meet tasks in every situation
         f"--server-url={server_url()}",
         f"--database=test_chaos_{os.getpid()}",
     )
@@ -62,11 +66,24 @@ def test_short_campaign_injects_every_fault_and_every_invariant_holds(tmp_path):
     accepted = [s for s in record["submissions"] if s["status"] in (200, 201)]
     assert len({s["task_id"] for s in accepted}) >= 190
     assert any(s["replayed"] for s in accepted), "no concurrent duplicate was answered with the original task"
-    assert {t["state"] for t in record["tasks"]} >= {"succeeded", "compensated"}
+    assert {t["state"] for t in record["tasks"]} >= {"succeeded", "compensated", "cancelled"}
+
+    # Live control: the limited pipeline ran, was held back by its concurrency limit and by the pause; cancels
+    # were accepted, refused for finished tasks, and repeated.
+    limited = [t for t in record["tasks"] if t["pipeline"] == "report_limited"]
+    assert len(limited) >= 20 and any(t["state"] == "succeeded" for t in limited)
+    # Its rate (10/s) binds only in bursts, which a short run may not have; the pause and the slots always do.
+    assert {"paused", "concurrency"} <= set(record["meta"]["holds"]["report_limited"]), output[-3000:]
+    assert [c["action"] for c in record["controls"] if not c.get("failed")] == ["pause", "resume"]
+    answers = {c["status"] for c in record["cancels"]}
+    assert {409} <= answers and answers & {200, 202}, answers
+    assert any(c["repeat"] and c["status"] in (200, 202) for c in record["cancels"])
+    found = dict(control_summary(record))
+    assert found.get("cancel found the task before its first step") and found.get("cancel found the task mid-step")
 
     # Re-checking the record agrees with the printed table: every invariant with PASS.
     results = check(record)
-    assert len(results) == 9
+    assert len(results) == 15
     for result in results:
         assert result.holds, result.violations[:5]
         assert any(result.name in line and "PASS" in line for line in output.splitlines()), output
@@ -113,6 +130,9 @@ def test_short_campaign_through_pgbouncer_with_a_sentinel_failover_and_a_postgre
         (["--faults=redis-failover"], "the fault redis-failover needs --sentinel"),
         (["--faults=pg-restart,sigkill", "--pgbouncer"], "the fault pg-restart needs --own-cluster"),
         (["--own-cluster", "--server-url=postgresql://postgres@127.0.0.1:5432"], "leave out --server-url"),
+        (["--cancel-share=1.5"], "--cancel-share must be between 0 and 1"),
+        (["--duration=60", "--pause-seconds=30"], "--pause-seconds must be between 0 and 40% of --duration"),
+        (["--limited-share=0", "--pause-seconds=5"], "--pause-seconds pauses the limited pipeline"),
     ],
 )
 def test_bad_options_exit_2_with_one_line_and_start_nothing(args, message, tmp_path):

@@ -58,3 +58,17 @@ def test_a_charge_refused_with_a_409_is_not_compensated(platform, clean_redis):
     assert (task.failure_reason, task.failure_code) == ("permanent_error", "http_409")
     assert not SideEffect.objects.filter(task=task).exists()
     assert not StepAttempt.objects.filter(task=task, kind=AttemptKind.COMPENSATION).exists()
+
+
+def test_a_step_whose_first_call_acted_and_second_was_refused_is_compensated(platform, clean_redis):
+    # The charge answered 201, the report 409: the step failed for good after an effect the far side
+    # confirmed, so its compensation runs (and, without the step's output, learns the charge by replaying it).
+    task = task_submit(pipeline="t_http_two_calls", input={"user_id": "u-two-calls"})
+    platform.set_faults(rules=[{"path_prefix": "/v1/reports", "task_id": str(task.pk), "status": 409, "times": 1}])
+    assert run_to_the_end(str(task.pk)) == "compensated"
+    charge_key = effect_key(task.pk, 0, "charge_then_report", "charge")
+    assert list(SideEffect.objects.filter(task=task).values_list("effect_key", "status")) == [
+        (charge_key, EffectStatus.COMPENSATED)
+    ]
+    refunds = [call for call in platform.calls(task_id=str(task.pk)) if call["kind"] == "refund" and call["effect"]]
+    assert len(refunds) == 1

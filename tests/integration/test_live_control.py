@@ -340,3 +340,29 @@ def test_no_checkpoint_is_left_behind_by_a_cancel_of_a_queued_task():
     task = task_submit(pipeline="t_cancellable", input={})
     task_cancel(task_id=task.pk, actor="client:a")
     assert not Checkpoint.objects.filter(task=task).exists()
+
+
+def test_a_task_held_by_its_claim_and_released_before_its_job_ends_is_delivered_again(monkeypatch):
+    # A real RQ worker (in this process) runs the held task's job. The release comes while that job is still
+    # running: the hold's own recheck finds the slot freed (here: the running task ends right then), as a
+    # worker's release after a freed slot may. RQ deletes a job it finished; the release's delivery must outlive it.
+    from tasks import runner
+    from tasks.delivery import redis_client
+    from tasks.worker import ReliabilityWorker
+
+    first = task_submit(pipeline="t_one_at_a_time", input={"n": 1})
+    second = task_submit(pipeline="t_one_at_a_time", input={"n": 2})
+    running = task_claim(task_id=str(first.pk), owner="w1")
+    get_queue("default").remove(job_id(first.pk, 0))  # the first task runs here, not in the worker
+    original_recheck = limits.hold_recheck
+
+    def slot_frees_meanwhile(**kwargs):
+        from django.db import transaction
+
+        transaction.on_commit(lambda: runner._run_steps(running))
+        original_recheck(**kwargs)
+
+    monkeypatch.setattr(limits, "hold_recheck", slot_frees_meanwhile)
+    ReliabilityWorker([get_queue("default")], connection=redis_client()).work(burst=True)
+    assert _reload(first).state == TaskState.SUCCEEDED
+    assert _reload(second).state == TaskState.SUCCEEDED

@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -31,11 +32,37 @@ ALL_INVARIANTS = [
     "no_late_calls",
     "no_key_reuse",
     "attempts_within_policy",
+    "cancelled_compensated",
+    "nothing_after_cancel",
+    "cancel_answers",
+    "nothing_started_while_paused",
+    "concurrency_within_limit",
+    "rate_within_limit",
 ]
+REPORT_STEPS = ["charge_quota", "generate_report", "upload_file", "notify_user"]
 
 
 def key(task_id: str, step: str, effect: str, generation: int = 0) -> str:
     return f"rc-{task_id}-g{generation}-{step}-{effect}"
+
+
+def at(seconds: float) -> str:
+    """The recorded time ``seconds`` after NOW_MS (ISO 8601 with its offset, as the campaign records it)."""
+    return datetime.fromtimestamp(NOW_MS / 1000 + seconds, UTC).isoformat()
+
+
+def policy(**limits) -> dict:
+    """The report pipeline's policy as recorded; ``limits``: max_concurrency, rate_limit (count, seconds)."""
+    rate = limits.get("rate_limit")
+    return {
+        "steps": list(REPORT_STEPS),
+        "max_attempts": 5,
+        "compensation_max_attempts": 5,
+        "compensated_steps": ["charge_quota", "upload_file"],
+        "on_cancel": "compensate",
+        "max_concurrency": limits.get("max_concurrency"),
+        "rate_limit": {"count": rate[0], "window_seconds": rate[1]} if rate else None,
+    }
 
 
 def call(seq, method, path, task_id, idempotency_key, body, status, kind, *, effect, fault=None, replayed=False):
@@ -57,7 +84,10 @@ def call(seq, method, path, task_id, idempotency_key, body, status, kind, *, eff
     }
 
 
-def attempt(task_id, step_index, step_name, number, outcome, kind="step", generation=0):
+def attempt(
+    task_id, step_index, step_name, number, outcome, kind="step", generation=0, *, start=None, took=0.05, token=1
+):
+    """An attempt row; ``start``: seconds after NOW_MS (None: not known, as for a crashed attempt)."""
     return {
         "task_id": task_id,
         "kind": kind,
@@ -66,6 +96,20 @@ def attempt(task_id, step_index, step_name, number, outcome, kind="step", genera
         "step_name": step_name,
         "attempt": number,
         "outcome": outcome,
+        "fencing_token": token,
+        "started_at": at(start) if start is not None else None,
+        "finished_at": at(start + took) if start is not None else None,
+    }
+
+
+def ledger(task_id, step_name, effect_name, status="done", generation=0):
+    return {
+        "task_id": task_id,
+        "generation": generation,
+        "step_name": step_name,
+        "effect_name": effect_name,
+        "effect_key": key(task_id, step_name, effect_name, generation),
+        "status": status,
     }
 
 
@@ -82,7 +126,7 @@ def submission(request_id, task_id, idempotency_key, status=201, replayed=False)
     }
 
 
-def task(task_id, state, idempotency_key, pipeline="report", generation=0, reason="", code=""):
+def task(task_id, state, idempotency_key, pipeline="report", generation=0, reason="", code="", cancel_at=None):
     return {
         "id": task_id,
         "pipeline": pipeline,
@@ -93,6 +137,8 @@ def task(task_id, state, idempotency_key, pipeline="report", generation=0, reaso
         "failure_reason": reason,
         "failure_code": code,
         "deadline": None,
+        "cancel_requested_at": at(cancel_at) if cancel_at is not None else None,
+        "cancel_requested_by": "client:chaos" if cancel_at is not None else "",
     }
 
 
@@ -136,15 +182,11 @@ def valid_run() -> dict:
             "tasks": 4,
             "workers": 2,
             "max_crashes": 3,
-            "policies": {
-                "report": {
-                    "steps": ["charge_quota", "generate_report", "upload_file", "notify_user"],
-                    "max_attempts": 5,
-                    "compensation_max_attempts": 5,
-                }
-            },
+            "platform_pipelines": ["report"],
+            "policies": {"report": policy()},
         },
         "faults": [{"kind": "sigkill_worker", "at": 1.5, "detail": "worker 2 (pid 4242)"}],
+        "controls": [],
         "submissions": [
             submission("r-1", OK, "sub-1"),
             submission("r-2", OK, "sub-1", replayed=True),
@@ -153,6 +195,7 @@ def valid_run() -> dict:
             submission("r-5", ECHO, None),
             submission("r-6", None, "sub-4", status=0),  # no answer: the API was down
         ],
+        "cancels": [],
         "tasks": [
             task(OK, "succeeded", "sub-1"),
             task(NO_QUOTA, "compensated", "sub-2", reason="permanent_error", code="insufficient_quota"),
@@ -164,21 +207,30 @@ def valid_run() -> dict:
             {"task_id": LATE, "status": "compensated", "reason_code": "deadline_exceeded"},
         ],
         "attempts": [
-            attempt(OK, 0, "charge_quota", 1, "succeeded"),
-            attempt(OK, 1, "generate_report", 1, "transient_error"),
-            attempt(OK, 1, "generate_report", 2, "succeeded"),
-            attempt(OK, 2, "upload_file", 1, "crashed"),
-            attempt(OK, 2, "upload_file", 2, "succeeded"),
-            attempt(OK, 3, "notify_user", 1, "succeeded"),
-            attempt(NO_QUOTA, 0, "charge_quota", 1, "permanent_error"),
-            attempt(NO_QUOTA, -1, "on_failure", 1, "succeeded", kind="failure_notice"),
-            attempt(LATE, 0, "charge_quota", 1, "succeeded"),
-            attempt(LATE, 1, "generate_report", 1, "succeeded"),
-            attempt(LATE, 2, "upload_file", 1, "succeeded"),
-            attempt(LATE, 2, "upload_file", 1, "succeeded", kind="compensation"),
-            attempt(LATE, 0, "charge_quota", 1, "succeeded", kind="compensation"),
-            attempt(LATE, -1, "on_failure", 1, "succeeded", kind="failure_notice"),
-            attempt(ECHO, 0, "echo", 1, "succeeded"),
+            attempt(OK, 0, "charge_quota", 1, "succeeded", start=0.05),
+            attempt(OK, 1, "generate_report", 1, "transient_error", start=0.15),
+            attempt(OK, 1, "generate_report", 2, "succeeded", start=0.25, token=2),
+            attempt(OK, 2, "upload_file", 1, "crashed", token=2),
+            attempt(OK, 2, "upload_file", 2, "succeeded", start=0.35, token=4),
+            attempt(OK, 3, "notify_user", 1, "succeeded", start=0.45, token=4),
+            attempt(NO_QUOTA, 0, "charge_quota", 1, "permanent_error", start=0.55),
+            attempt(NO_QUOTA, -1, "on_failure", 1, "succeeded", kind="failure_notice", start=0.65),
+            attempt(LATE, 0, "charge_quota", 1, "succeeded", start=0.75),
+            attempt(LATE, 1, "generate_report", 1, "succeeded", start=0.85),
+            attempt(LATE, 2, "upload_file", 1, "succeeded", start=0.95),
+            attempt(LATE, 2, "upload_file", 1, "succeeded", kind="compensation", start=1.05),
+            attempt(LATE, 0, "charge_quota", 1, "succeeded", kind="compensation", start=1.15),
+            attempt(LATE, -1, "on_failure", 1, "succeeded", kind="failure_notice", start=1.25),
+            attempt(ECHO, 0, "echo", 1, "succeeded", start=1.35),
+        ],
+        "ledger": [
+            ledger(OK, "charge_quota", "charge"),
+            ledger(OK, "generate_report", "report"),
+            ledger(OK, "upload_file", "file"),
+            ledger(OK, "notify_user", "notification"),
+            ledger(LATE, "charge_quota", "charge", "compensated"),
+            ledger(LATE, "generate_report", "report"),
+            ledger(LATE, "upload_file", "file", "compensated"),
         ],
         "calls": calls,
         "platform": {
@@ -237,8 +289,8 @@ def test_a_valid_run_holds_every_invariant_and_counts_what_it_checked(run):
     assert [result.violations for result in results] == [()] * len(ALL_INVARIANTS)
     assert all(result.holds and result.description for result in results)
     # accepted submissions, keys, succeeded report tasks, failed report tasks, charged tasks,
-    # refunds with an effect, calls, platform keys, report task generations
-    assert [result.checked for result in results] == [5, 3, 1, 2, 2, 1, 13, 12, 3]
+    # refunds with an effect, calls, platform keys, report task generations; no cancel, pause or limit
+    assert [result.checked for result in results] == [5, 3, 1, 2, 2, 1, 13, 12, 3, 0, 0, 0, 0, 0, 0]
 
 
 def test_a_run_recorded_from_the_real_simulator_holds():
@@ -292,7 +344,7 @@ def test_a_run_recorded_from_the_real_simulator_holds():
 
 def test_the_copied_states_and_outcomes_are_the_engines():
     from dlq.models import UNRESOLVED_STATUSES, DLQStatus
-    from tasks.models import TERMINAL_STATES, AttemptKind, AttemptOutcome, TaskState
+    from tasks.models import TERMINAL_STATES, AttemptKind, AttemptOutcome, EffectStatus, FailureReason, TaskState
 
     assert record_format.TASK_STATES == set(TaskState.values)
     assert record_format.TERMINAL_STATES == set(TERMINAL_STATES)
@@ -300,6 +352,9 @@ def test_the_copied_states_and_outcomes_are_the_engines():
     assert record_format.UNRESOLVED_DLQ_STATUSES == set(UNRESOLVED_STATUSES)
     assert record_format.ATTEMPT_KINDS == set(AttemptKind.values)
     assert record_format.ATTEMPT_OUTCOMES == set(AttemptOutcome.values)
+    assert record_format.EFFECT_STATUSES == set(EffectStatus.values)
+    assert record_format.CANCELLED_REASON == FailureReason.CANCELLED
+    assert record_format.NOT_SUCCEEDED_STATES == set(TERMINAL_STATES) - {TaskState.SUCCEEDED, TaskState.CANCELLED}
 
 
 def test_the_checker_and_its_command_line_import_no_django():
@@ -588,11 +643,14 @@ def test_the_same_effects_in_one_generation_are_caught(run):
         (lambda r: r.update(tasks={}), "tasks: expected a list, got {}"),
         (lambda r: r["meta"].pop("max_crashes"), "meta: missing 'max_crashes'"),
         (lambda r: r["meta"]["policies"]["report"].update(max_attempts=0), "meta.policies.report.max_attempts: must"),
-        (lambda r: r["tasks"][1].update(state="lost"), "tasks[1].state: expected one of compensated, compensating"),
+        (lambda r: r["tasks"][1].update(state="lost"), "tasks[1].state: expected one of cancelled, compensated,"),
         (lambda r: r["submissions"][0].update(status="201"), "submissions[0].status: expected an integer, got '201'"),
         (lambda r: r["calls"][0].update(late=None), "calls[0].late: expected true or false, got null"),
         (lambda r: r["attempts"][2].update(attempt=True), "attempts[2].attempt: expected an integer, got true"),
-        (lambda r: r["attempts"][2].update(outcome="exploded"), "attempts[2].outcome: expected one of crashed,"),
+        (
+            lambda r: r["attempts"][2].update(outcome="exploded"),
+            "attempts[2].outcome: expected one of cancelled, crashed,",
+        ),
         (lambda r: r["faults"][0].update(at="soon"), "faults[0].at: expected a number, got 'soon'"),
         (lambda r: r["dlq_items"].append("open"), "dlq_items[2]: expected an object, got 'open'"),
         (lambda r: r["tasks"].append(copy.deepcopy(r["tasks"][0])), f"tasks: task {OK} is listed more than once"),
@@ -655,7 +713,7 @@ def test_the_table_shows_faults_then_invariants(run):
     assert table.index("sigkill_worker") < table.index("all_terminal")
     assert table.count("PASS") == len(ALL_INVARIANTS) and "FAIL" not in table
     assert table_row(table, "no_late_calls") == ["no_late_calls", "13", "0", "PASS"]
-    assert table.endswith("9 of 9 invariants hold")
+    assert table.endswith(f"{len(ALL_INVARIANTS)} of {len(ALL_INVARIANTS)} invariants hold")
 
 
 def test_the_table_shows_the_first_violations_of_a_failing_invariant(run):
@@ -667,7 +725,7 @@ def test_the_table_shows_the_first_violations_of_a_failing_invariant(run):
     assert table_row(table, "no_late_calls") == ["no_late_calls", "13", "7", "FAIL"]
     assert "    - call seq 5: " in table and "call seq 6: " not in table
     assert "    ... and 2 more" in table
-    assert table.endswith("8 of 9 invariants hold")
+    assert table.endswith(f"{len(ALL_INVARIANTS) - 1} of {len(ALL_INVARIANTS)} invariants hold")
 
 
 # --- the command line -----------------------------------------------------------------------------------------------
@@ -685,7 +743,7 @@ def test_the_command_line_exits_0_when_every_invariant_holds(run, tmp_path):
     completed = run_check(path)
 
     assert completed.returncode == 0, completed.stderr
-    assert "9 of 9 invariants hold" in completed.stdout
+    assert f"{len(ALL_INVARIANTS)} of {len(ALL_INVARIANTS)} invariants hold" in completed.stdout
 
 
 def test_the_command_line_exits_1_on_a_violation(run, tmp_path):

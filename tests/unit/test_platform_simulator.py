@@ -133,6 +133,7 @@ def test_charge_deducts_units(sim: ReportPlatformSimulator) -> None:
     assert record["kind"] == "charge" and record["effect"] is True and record["status"] == 201
     assert record["body"] == {"user_id": "alice", "units": 30}
     assert record["fault"] is None and record["replayed"] is False and record["late"] is False
+    assert record["received_ms"] <= record["finished_ms"]
 
 
 def test_refund_twice_changes_balance_once(sim: ReportPlatformSimulator) -> None:
@@ -188,9 +189,65 @@ def test_notification_is_accepted(sim: ReportPlatformSimulator) -> None:
     assert notification["message"] == "your report is ready"
 
 
+def test_work_takes_the_time_asked_and_records_when_it_began_and_ended(sim: ReportPlatformSimulator) -> None:
+    reply = send(sim, "POST", "/v1/work", {"ms": 150})
+    assert reply.status == 200
+    [work] = sim.state()["work"]
+    assert reply.json() == {"work_id": work["work_id"], "ms": 150}
+    assert (work["task_id"], work["ms"]) == ("task-1", 150)
+    assert work["finished_ms"] - work["received_ms"] >= 150
+    [record] = sim.calls()
+    assert (record["kind"], record["effect"], record["received_ms"]) == ("work", True, work["received_ms"])
+    assert record["finished_ms"] >= work["finished_ms"]
+
+
+def test_work_in_flight_is_in_the_state_and_calls_overlap(sim: ReportPlatformSimulator) -> None:
+    threads = [threading.Thread(target=send, args=(sim, "POST", "/v1/work", {"ms": 400})) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    in_flight = wait_for(lambda: [w for w in sim.state()["work"] if w["finished_ms"] is None] or None)
+    assert in_flight[0]["ms"] == 400 and sim.calls() == []  # a call is recorded when it is answered
+    for thread in threads:
+        thread.join(10)
+    work = sim.state()["work"]
+    assert len(work) == 3 and all(w["finished_ms"] is not None for w in work)
+    # Served by a thread each: all three were under way at once.
+    assert max(w["received_ms"] for w in work) < min(w["finished_ms"] for w in work)
+
+
+def test_a_replayed_work_call_does_no_work_again(sim: ReportPlatformSimulator) -> None:
+    first = send(sim, "POST", "/v1/work", {"ms": 50}, key="w-1")
+    second = send(sim, "POST", "/v1/work", {"ms": 50}, key="w-1")
+    assert second.body == first.body and second.headers["Idempotent-Replayed"] == "true"
+    assert len(sim.state()["work"]) == 1
+    assert [(c["replayed"], c["effect"]) for c in sim.calls()] == [(False, True), (True, False)]
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        (b"{}", "missing_field"),
+        (b'{"ms": -1}', "invalid_field"),
+        (b'{"ms": 600001}', "invalid_field"),
+        (b'{"ms": 1.5}', "invalid_field"),
+        (b'{"ms": true}', "invalid_field"),
+    ],
+)
+def test_bad_work_bodies_are_400(sim: ReportPlatformSimulator, raw: bytes, code: str) -> None:
+    reply = send(sim, "POST", "/v1/work", raw=raw)
+    assert (reply.status, reply.code) == (400, code)
+    assert sim.state()["work"] == []
+
+
 @pytest.mark.parametrize(
     ("method", "path", "status"),
-    [("POST", "/v1/nothing", 404), ("GET", "/v1/reports", 405), ("POST", "/v1/files/a", 405), ("GET", "/other", 404)],
+    [
+        ("POST", "/v1/nothing", 404),
+        ("GET", "/v1/reports", 405),
+        ("POST", "/v1/files/a", 405),
+        ("GET", "/v1/work", 405),
+        ("GET", "/other", 404),
+    ],
 )
 def test_unknown_routes(sim: ReportPlatformSimulator, method: str, path: str, status: int) -> None:
     assert send(sim, method, path, {} if method == "POST" else None).status == status
@@ -518,6 +575,15 @@ def test_stop_wakes_injected_delays_promptly() -> None:
     simulator = ReportPlatformSimulator(SimulatorConfig(slow_rate=1, slow_seconds=60)).start()
     with pytest.raises((TimeoutError, urllib.error.URLError)):
         charge(simulator, timeout=0.3)
+    started = time.monotonic()
+    simulator.stop()
+    assert time.monotonic() - started < 3
+
+
+def test_stop_wakes_long_work_promptly() -> None:
+    simulator = ReportPlatformSimulator().start()
+    with pytest.raises((TimeoutError, urllib.error.URLError)):
+        send(simulator, "POST", "/v1/work", {"ms": 60_000}, timeout=0.3)
     started = time.monotonic()
     simulator.stop()
     assert time.monotonic() - started < 3

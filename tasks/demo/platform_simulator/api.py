@@ -13,6 +13,8 @@ from tasks.demo.platform_simulator.config import _is_int
 from tasks.demo.platform_simulator.server import _HttpError
 
 _MUTATING = frozenset({"POST", "PUT", "DELETE"})
+# The longest one call to /v1/work may ask for (ten minutes): a typo must not pin a server thread for days.
+MAX_WORK_MS = 600_000
 
 
 @dataclass
@@ -34,6 +36,9 @@ class _Call:
     effect: bool = False
     fault: str | None = None
     late: bool = False
+    finished_ms: int | None = None
+    # A /v1/work call's entry in the platform's state (``work``), made when its work began.
+    work: dict[str, Any] | None = None
 
     def record(self) -> dict[str, Any]:
         return {
@@ -44,6 +49,7 @@ class _Call:
             "idempotency_key": self.idempotency_key,
             "deadline_ms": self.deadline_ms,
             "received_ms": self.received_ms,
+            "finished_ms": self.finished_ms,
             "status": self.status,
             "replayed": self.replayed,
             "effect": self.effect,
@@ -76,6 +82,8 @@ def _route(method: str, path: str) -> tuple[str, dict[str, str]]:
         candidates += [("PUT", "file_put", {"name": name}), ("DELETE", "file_delete", {"name": name})]
     elif parts == ["v1", "notifications"]:
         candidates.append(("POST", "notification", {}))
+    elif parts == ["v1", "work"]:
+        candidates.append(("POST", "work", {}))
     if not candidates:
         raise _HttpError(404, "not_found", f"no such endpoint: {path}")
     for allowed, kind, params in candidates:
@@ -116,6 +124,11 @@ def _validate_body(kind: str, body: Any, parsed_ok: bool, raw: bytes) -> None:
     elif kind == "notification":
         _require_str(body, "user_id", non_empty=True)
         _require_str(body, "message")
+    elif kind == "work":
+        if "ms" not in body:
+            raise _HttpError(400, "missing_field", "field 'ms' is required")
+        if not _is_int(body["ms"]) or not 0 <= body["ms"] <= MAX_WORK_MS:
+            raise _HttpError(400, "invalid_field", f"field 'ms' must be an integer from 0 to {MAX_WORK_MS}")
 
 
 def _fingerprint(method: str, path: str, body: Any) -> str:

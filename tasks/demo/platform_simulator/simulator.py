@@ -32,7 +32,7 @@ def _now_ms() -> int:
 
 
 class ReportPlatformSimulator:
-    """The report platform: quota charges and refunds, reports, files and notifications, plus fault injection."""
+    """The report platform: quota charges and refunds, reports, files, notifications and work, plus fault injection."""
 
     def __init__(self, config: SimulatorConfig | None = None) -> None:
         self.config = config or SimulatorConfig()
@@ -131,7 +131,7 @@ class ReportPlatformSimulator:
         return sorted(records, key=lambda r: r["seq"])
 
     def state(self) -> dict[str, Any]:
-        """A copy of balances, charges, files, notifications and reports."""
+        """A copy of balances, charges, files, notifications, reports and work (in flight: ``finished_ms`` None)."""
         with self._lock:
             return copy.deepcopy(
                 {
@@ -141,6 +141,7 @@ class ReportPlatformSimulator:
                     "files": self._files,
                     "notifications": self._notifications,
                     "reports": self._reports,
+                    "work": self._work,
                 }
             )
 
@@ -174,6 +175,7 @@ class ReportPlatformSimulator:
         self._files: dict[str, dict[str, Any]] = {}
         self._notifications: list[dict[str, Any]] = []
         self._reports: list[dict[str, Any]] = []
+        self._work: list[dict[str, Any]] = []
         self._idempotency: dict[str, _Stored] = {}
         self._records: list[dict[str, Any]] = []
         self._fault_model = _FaultModel(_validated_faults(self.config._fault_settings(), {}))
@@ -226,6 +228,8 @@ class ReportPlatformSimulator:
             _validate_body(call.kind, body, parsed_ok, raw)
         except _HttpError as err:
             return self._finish(call, err.response())
+        if call.kind == "work":
+            self._work_do(call)
         response = self._process(call, params, host)
         if fault.slow:
             self._pause(fault.slow)
@@ -246,6 +250,25 @@ class ReportPlatformSimulator:
         if call.method in _MUTATING and not call.idempotency_key:
             raise _HttpError(400, "missing_idempotency_key", f"header Idempotency-Key is required on {call.method}")
 
+    def _work_do(self, call: _Call) -> None:
+        """Do a /v1/work call's work: wait its ``ms``, visible in ``state()`` from its start (a replay does none)."""
+        with self._lock:
+            if (call.idempotency_key or "") in self._idempotency:
+                return  # answered from the stored response by _process, at once
+            call.work = {
+                "work_id": f"wk_{next(self._ids):06d}",
+                "task_id": call.task_id,
+                "idempotency_key": call.idempotency_key,
+                "ms": call.body["ms"],
+                "received_ms": call.received_ms,
+                "finished_ms": None,
+            }
+            self._work.append(call.work)
+        # Outside the lock, so calls overlap as they would on a real platform; stop() wakes it.
+        self._pause(call.body["ms"] / 1000)
+        with self._lock:
+            call.work["finished_ms"] = _now_ms()
+
     def _finish(self, call: _Call, response: _Response) -> _Response:
         with self._lock:
             self._record(call, response)
@@ -253,6 +276,7 @@ class ReportPlatformSimulator:
 
     def _record(self, call: _Call, response: _Response) -> None:
         call.status = response.status
+        call.finished_ms = _now_ms()
         if call.generation == self._generation:
             self._records.append(call.record())
 
@@ -327,6 +351,10 @@ class ReportPlatformSimulator:
             notification = {"notification_id": notification_id, "user_id": body["user_id"], "message": body["message"]}
             self._notifications.append({**notification, "task_id": task_id})
             return _json_response(202, {"notification_id": notification_id}), True
+        if call.kind == "work":
+            # _work_do began the work unless the key had an answer, and a key with an answer never gets here.
+            assert call.work is not None
+            return _json_response(200, {"work_id": call.work["work_id"], "ms": call.work["ms"]}), True
         raise AssertionError(f"unrouted kind {call.kind!r}")
 
     def _control(self, method: str, path: str, query: str, raw: bytes) -> _Response:

@@ -1,0 +1,67 @@
+"""The campaign's plan of live control: which tasks go to the limited pipeline, which are cancelled when, the pause."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import replace
+
+import pytest
+
+from chaos import controls, workload
+from chaos.workload import LIMITED_PIPELINE, PLATFORM_PIPELINE, plan
+
+
+def planned(**shares):
+    return plan(seed=4, tasks=2000, window=450, with_402=True, **shares)[0]
+
+
+def test_live_control_changes_nothing_else_of_a_seeds_plan():
+    without = planned()
+    with_live_control = planned(limited_share=0.2, cancel_share=0.1)
+
+    assert {task.pipeline for task in without} == {PLATFORM_PIPELINE}
+    assert all(task.cancel is None for task in without)
+    assert [replace(task, pipeline=PLATFORM_PIPELINE, cancel=None) for task in with_live_control] == without
+
+
+def test_the_shares_are_kept_and_each_leaves_the_other_as_it_was():
+    tasks = planned(limited_share=0.2, cancel_share=0.1)
+    limited = [task.index for task in tasks if task.pipeline == LIMITED_PIPELINE]
+    cancelled = [task for task in tasks if task.cancel is not None]
+
+    assert 0.17 < len(limited) / len(tasks) < 0.23
+    assert 0.08 < len(cancelled) / len(tasks) < 0.12
+    assert {task.cancel.mode for task in cancelled} == set(workload.CANCEL_MODES)
+    assert 0.2 < sum(task.cancel.repeat_after is not None for task in cancelled) / len(cancelled) < 0.4
+    assert all(task.body()["pipeline"] == task.pipeline for task in tasks)
+    more_cancels = planned(limited_share=0.2, cancel_share=0.3)
+    assert [task.index for task in more_cancels if task.pipeline == LIMITED_PIPELINE] == limited
+    assert {task.index for task in cancelled} < {task.index for task in more_cancels if task.cancel is not None}
+
+
+@pytest.mark.parametrize("duration", [10, 20, 75, 600, 3600])
+def test_the_pause_lasts_a_share_of_the_run_and_ends_before_the_faults_do(duration):
+    seconds = controls.default_pause_seconds(duration)
+    pause = controls.pause_plan(seed=7, duration=duration, pipeline=LIMITED_PIPELINE, seconds=seconds)
+
+    assert 0 < pause.seconds <= controls.PAUSE_BOUNDS[1] and pause.seconds <= controls.MAX_PAUSE_SHARE * duration
+    assert pause.seconds >= min(controls.PAUSE_BOUNDS[0], controls.MAX_PAUSE_SHARE * duration)
+    assert 0 < pause.at and pause.at + pause.seconds <= controls.PAUSE_END_BY * duration
+    assert controls.pause_plan(seed=7, duration=duration, pipeline=LIMITED_PIPELINE, seconds=0) is None
+
+
+def test_the_limited_pipeline_is_the_report_pipeline_under_limits():
+    from tasks import registry
+    from tasks.demo.report_pipeline import report
+
+    try:
+        limited = importlib.import_module("chaos.pipelines").report_limited
+        assert registry.get(LIMITED_PIPELINE) is limited
+    finally:
+        registry.unregister(LIMITED_PIPELINE)  # the campaign's deployment loads it; the test processes do not
+    assert (limited.max_concurrency, str(limited.rate_limit)) == (2, "10/s")
+    assert [(s.name, s.compensate, s.effects, s.timeout) for s in limited.steps] == [
+        (s.name, s.compensate, s.effects, s.timeout) for s in report.steps
+    ]
+    assert limited.on_failure is report.on_failure and limited.validate_input is report.validate_input
+    assert limited.steps[0].function is not report.steps[0].function  # the charge that waits
