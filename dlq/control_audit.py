@@ -50,10 +50,20 @@ LIMIT_KEYS = ("max_concurrency", "rate_limit")
 LIMIT_ACTIONS = (PIPELINE_LIMITS_SET, PIPELINE_LIMITS_RESET)
 
 
+# The engine's name for a console user; the audit log names console users by username alone, as in every
+# other entry (refusals and denials included), so one search finds all of an operator's actions.
+OPERATOR_PREFIX = "operator:"
+
+
+def audit_actor(actor: str) -> str:
+    """The audit log's name for the engine's ``actor``: a console user's username, anyone else as given."""
+    return actor.removeprefix(OPERATOR_PREFIX)
+
+
 def cancel_audited(sender, *, task, actor: str, reason: str, state_before: str, client_ip=None, **kwargs) -> None:
     """``cancel_requested``'s receiver: the accepted cancel's entry, in the cancel's transaction."""
     audit_record(
-        actor=actor,
+        actor=audit_actor(actor),
         action=TASK_CANCELLED,
         target_type="task",
         target_id=str(task.pk),
@@ -73,7 +83,7 @@ def pipeline_change_audited(
 ) -> None:
     """``pipeline_control_changed``'s receiver: the change's entry, with its limits before and after."""
     audit_record(
-        actor=actor,
+        actor=audit_actor(actor),
         action=action,
         target_type="pipeline",
         target_id=control.pipeline,

@@ -255,4 +255,4 @@ def test_a_sleeping_step_is_interrupted_by_the_heartbeat_when_the_cancel_command
     assert result.requested_now and result.state_before == "running"
     task = _cancelled_while_waiting(platform, task_id, pool)
     assert task.failure_message == "cancelled by operator:olga: wrong customer"
-    assert cancel_audit(task_id) == [("task_cancelled", "operator:olga", "running", "wrong customer", "succeeded")]
+    assert cancel_audit(task_id) == [("task_cancelled", "olga", "running", "wrong customer", "succeeded")]
