@@ -474,7 +474,7 @@ def task_cancelled(
                 ignore_conflicts=True,
             )
         if task.state == TaskState.CANCELLED and undo:
-            note = f"{message}. Its completed steps were not compensated: the pipeline parks cancels (on_cancel=PARK)"
+            note = f"{message}; not compensated: the pipeline parks cancels (on_cancel=PARK)"
             dead_letter_open(
                 task=task,
                 reason=FailureReason.CANCELLED,

@@ -34,6 +34,10 @@ REASON_MESSAGES = {
     FailureReason.PIPELINE_CHANGED: _(
         "The pipeline changed since the task started: %(message)s. Retry it from start or compensate it."
     ),
+    FailureReason.CANCELLED: _(
+        "The task was cancelled and its completed steps still need undoing: %(message)s. "
+        "Compensate it, or undo them by hand and close it."
+    ),
 }
 OTHER_REASON = _("Step '%(step)s' failed (%(code)s): %(message)s")
 PARAMS = ("step", "code", "message", "attempts", "crashes")
