@@ -147,7 +147,6 @@ def deliver_many(deliveries: Sequence[tuple[Any, int]], *, pipeline: str) -> boo
     False (and logged) when Redis is unavailable: the tasks are QUEUED and
     the sweeper delivers them after its grace period.
     """
-    queue_name = queue_for_pipeline(pipeline)
 
     def enqueue(queue) -> None:
         for start in range(0, len(deliveries), DELIVER_MANY_CHUNK):
@@ -161,15 +160,7 @@ def deliver_many(deliveries: Sequence[tuple[Any, int]], *, pipeline: str) -> boo
 
     if not deliveries:
         return True
-    try:
-        enqueue(get_queue(queue_name))
-    except RedisError as exc:
-        logger.warning(
-            "delivery postponed: Redis unavailable",
-            extra={"event": "delivery_failed", "count": len(deliveries), "error": type(exc).__name__},
-        )
-        return False
-    return True
+    return _enqueue({"count": len(deliveries)}, pipeline, enqueue)
 
 
 def deliver_at(task_id, fencing_token: int, when: datetime, *, pipeline: str) -> bool:
@@ -193,13 +184,15 @@ def _job_options(task_id, fencing_token: int) -> dict:
     }
 
 
-def _enqueue(task_id, pipeline: str, enqueue) -> bool:
+def _enqueue(what, pipeline: str, enqueue) -> bool:
+    """Run ``enqueue`` on ``pipeline``'s queue; False (logged with ``what``: a task id, or fields) if Redis is down."""
     try:
         enqueue(get_queue(queue_for_pipeline(pipeline)))
     except RedisError as exc:
+        fields = what if isinstance(what, dict) else {"task_id": str(what)}
         logger.warning(
             "delivery postponed: Redis unavailable",
-            extra={"event": "delivery_failed", "task_id": str(task_id), "error": type(exc).__name__},
+            extra={"event": "delivery_failed", **fields, "error": type(exc).__name__},
         )
         return False
     return True

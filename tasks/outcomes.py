@@ -255,19 +255,9 @@ def task_failed(
         if record is not None:
             StepAttempt.objects.bulk_create([record.row(task)])
             _attempt_metrics(task, record)
-        if uncertain_keys:
-            SideEffect.objects.bulk_create(
-                _ledger_rows(task, step_index, step_name, uncertain_keys, EffectStatus.UNCERTAIN),
-                ignore_conflicts=True,
-            )
+        _uncertain_effects(task, step_index, step_name, uncertain_keys)
         dead_letter_open(task=task, reason=reason, error=error, step=step_name)
-        if task.state == TaskState.COMPENSATING and not keep_lease_for:
-            deliver_on_commit(task.pk, token, pipeline=task.pipeline)
-        if task.state == TaskState.FAILED:
-            callback_submit(task=task)
-            _finished_metrics(task)
-        if was_running:
-            _run_ended(task)
+        _ended(task, token, finished=TaskState.FAILED, keep_lease_for=keep_lease_for, was_running=was_running)
     logger.error(
         "task failed",
         extra={
@@ -462,17 +452,7 @@ def task_cancelled(
         if record is not None:
             StepAttempt.objects.bulk_create([record.row(task)])
             _attempt_metrics(task, record)
-        if uncertain_keys:
-            SideEffect.objects.bulk_create(
-                _ledger_rows(
-                    task,
-                    record.step_index if record else task.current_step,
-                    step_name,
-                    uncertain_keys,
-                    EffectStatus.UNCERTAIN,
-                ),
-                ignore_conflicts=True,
-            )
+        _uncertain_effects(task, record.step_index if record else task.current_step, step_name, uncertain_keys)
         if task.state == TaskState.CANCELLED and undo:
             note = f"{message}; not compensated: the pipeline parks cancels (on_cancel=PARK)"
             dead_letter_open(
@@ -481,13 +461,7 @@ def task_cancelled(
                 error=Classification(False, CANCELLED_CODE, note, ""),
                 step=step_name,
             )
-        if task.state == TaskState.COMPENSATING and not keep_lease_for:
-            deliver_on_commit(task.pk, token, pipeline=task.pipeline)
-        if task.state == TaskState.CANCELLED:
-            callback_submit(task=task)
-            _finished_metrics(task)
-        if was_running:
-            _run_ended(task)
+        _ended(task, token, finished=TaskState.CANCELLED, keep_lease_for=keep_lease_for, was_running=was_running)
     logger.info(
         "task cancelled",
         extra={
@@ -536,6 +510,25 @@ def _may_need_undo(task: Task, record: AttemptRecord | None, uncertain_keys: dic
     if uncertain_keys or (record is not None and record.error is not None and record.error.effect_uncertain):
         return True
     return bool(compensation_targets(task))
+
+
+def _uncertain_effects(task: Task, step_index: int, step_name: str, keys: dict[str, str] | None) -> None:
+    """Record in the ledger the effects a step that did not complete may have made (compensation covers it)."""
+    if keys:
+        SideEffect.objects.bulk_create(
+            _ledger_rows(task, step_index, step_name, keys, EffectStatus.UNCERTAIN), ignore_conflicts=True
+        )
+
+
+def _ended(task: Task, token: int, *, finished: str, keep_lease_for: str | None, was_running: bool) -> None:
+    """What follows a failure or a cancel in its transaction: the compensation's delivery, or the finish."""
+    if task.state == TaskState.COMPENSATING and not keep_lease_for:
+        deliver_on_commit(task.pk, token, pipeline=task.pipeline)
+    if task.state == finished:
+        callback_submit(task=task)
+        _finished_metrics(task)
+    if was_running:
+        _run_ended(task)
 
 
 def _run_ended(task: Task) -> None:
