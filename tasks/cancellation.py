@@ -72,7 +72,7 @@ def task_cancel(*, task_id, actor: str, reason: str = "", client=None, client_ip
             tasks = tasks.filter(client=client)
         task = tasks.filter(pk=task_id).first()
         if task is None:
-            raise TaskNotActionable("no such task")
+            raise TaskNotActionable("no such task", code="no_such_task")
         state_before = task.state
         if task.is_cancelled:
             return CancelResult(task=task, requested_now=False, state_before=state_before)

@@ -130,12 +130,24 @@ class TaskNotCancellable(ReliabilityError):
 
 
 class PipelineControlRefused(ReliabilityError):
-    """A pause, resume or limit change that cannot be made as asked (unknown pipeline, a bad limit)."""
+    """A pause, resume or limit change that cannot be made as asked (unknown pipeline, a bad limit).
+
+    Each refusal has a ``code`` of its own (``already_paused``, ``not_paused``,
+    ``unknown_pipeline``…) and its facts in ``details`` (``pipeline``,
+    ``paused_by``), so a caller can word it in its reader's language; the
+    message is English.
+    """
 
     code = "pipeline_control_refused"
 
 
 class TaskNotActionable(ReliabilityError):
-    """The task is not in a state that allows this action (someone else acted first)."""
+    """The task is not in a state that allows this action (someone else acted first).
+
+    Each refusal has a ``code`` of its own (``retry_not_failed``,
+    ``no_such_task``, ``task_changed``…) and its facts in ``details``
+    (``state``), so a caller can word it in its reader's language; the
+    message is English.
+    """
 
     code = "task_not_actionable"

@@ -56,7 +56,11 @@ def pipeline_pause(*, pipeline: str, actor: str, reason: str, client_ip: str | N
     with transaction.atomic():
         control, before = _locked(pipeline)
         if control.paused:
-            raise PipelineControlRefused(f"pipeline {pipeline!r} is already paused (by {control.paused_by})")
+            raise PipelineControlRefused(
+                f"pipeline {pipeline!r} is already paused (by {control.paused_by})",
+                code="already_paused",
+                details={"pipeline": pipeline, "paused_by": control.paused_by},
+            )
         control.paused = True
         control.paused_at = timezone.now()
         control.paused_by = actor[:150]
@@ -71,7 +75,9 @@ def pipeline_resume(*, pipeline: str, actor: str, reason: str, client_ip: str | 
     with transaction.atomic():
         control, before = _locked(pipeline)
         if not control.paused:
-            raise PipelineControlRefused(f"pipeline {pipeline!r} is not paused")
+            raise PipelineControlRefused(
+                f"pipeline {pipeline!r} is not paused", code="not_paused", details={"pipeline": pipeline}
+            )
         control.paused = False
         control.save()
         _changed(control, "pipeline_resumed", actor, reason, before, client_ip)
@@ -97,9 +103,9 @@ def pipeline_limits_set(
         concurrency = concurrency_check(max_concurrency) if max_concurrency is not UNCHANGED else UNCHANGED
         rate = RateLimit.parse(rate_limit) if rate_limit not in (UNCHANGED, None, "") else rate_limit
     except ConfigurationError as exc:
-        raise PipelineControlRefused(str(exc)) from None
+        raise PipelineControlRefused(str(exc), code="limit_invalid", details={"error": str(exc)}) from None
     if concurrency is UNCHANGED and rate is UNCHANGED:
-        raise PipelineControlRefused("give max_concurrency or rate_limit (or both)")
+        raise PipelineControlRefused("give max_concurrency or rate_limit (or both)", code="no_limit_given")
     with transaction.atomic():
         control, before = _locked(pipeline)
         if concurrency is not UNCHANGED:
@@ -120,7 +126,11 @@ def pipeline_limits_reset(*, pipeline: str, actor: str, reason: str, client_ip: 
     with transaction.atomic():
         control, before = _locked(pipeline)
         if not (control.concurrency_overridden or control.rate_overridden):
-            raise PipelineControlRefused(f"pipeline {pipeline!r} runs with the limits its code declares already")
+            raise PipelineControlRefused(
+                f"pipeline {pipeline!r} runs with the limits its code declares already",
+                code="limits_declared_already",
+                details={"pipeline": pipeline},
+            )
         control.concurrency_overridden = control.rate_overridden = False
         control.max_concurrency, control.rate_limit = None, ""
         _limits_stamp(control, actor)
@@ -182,7 +192,9 @@ def _locked(pipeline: str) -> tuple[PipelineControl, dict]:
         registry.get(pipeline)
     except UnknownPipeline:
         if not PipelineControl.objects.filter(pipeline=pipeline).exists():
-            raise PipelineControlRefused(f"no pipeline {pipeline!r} is registered") from None
+            raise PipelineControlRefused(
+                f"no pipeline {pipeline!r} is registered", code="unknown_pipeline", details={"pipeline": pipeline}
+            ) from None
     PipelineControl.objects.get_or_create(pipeline=pipeline)
     control = PipelineControl.objects.select_for_update().get(pipeline=pipeline)
     return control, _snapshot(control)
@@ -199,9 +211,13 @@ def _snapshot(control: PipelineControl) -> dict:
 def _reason(reason: str) -> str:
     reason = (reason or "").strip()
     if not reason:
-        raise PipelineControlRefused("a reason is required")
+        raise PipelineControlRefused("a reason is required", code="reason_required")
     if len(reason) > REASON_MAX_LENGTH:
-        raise PipelineControlRefused(f"a reason is at most {REASON_MAX_LENGTH} characters")
+        raise PipelineControlRefused(
+            f"a reason is at most {REASON_MAX_LENGTH} characters",
+            code="reason_too_long",
+            details={"max": REASON_MAX_LENGTH},
+        )
     return reason
 
 

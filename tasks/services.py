@@ -39,9 +39,15 @@ def task_retry_from_checkpoint(*, task_id) -> Task:
     with transaction.atomic():
         task = _locked(task_id)
         if task.state not in (TaskState.FAILED, TaskState.COMPENSATION_FAILED):
-            raise TaskNotActionable(f"task is {task.state}; only failed tasks can be retried from checkpoint")
+            raise TaskNotActionable(
+                f"task is {task.state}; only failed tasks can be retried from checkpoint",
+                code="retry_not_failed",
+                details={"state": task.state},
+            )
         if task.is_cancelled:
-            raise TaskNotActionable("the task was cancelled: compensate it or close its dead letter")
+            raise TaskNotActionable(
+                "the task was cancelled: compensate it or close its dead letter", code="retry_cancelled"
+            )
         task.retry_from_checkpoint()
         _save(task)
         dead_letter_set_status(task=task, status=DLQStatus.RETRYING)
@@ -61,7 +67,9 @@ def task_retry_from_start(*, task_id) -> Task:
         if not task.can_retry_from_start:
             raise TaskNotActionable(
                 f"task is {task.state}; only compensated tasks, or tasks parked because their pipeline "
-                "changed, can be retried from start"
+                "changed, can be retried from start",
+                code="retry_from_start_not_allowed",
+                details={"state": task.state},
             )
         task.retry_from_start()
         _save(task)
@@ -86,7 +94,11 @@ def task_compensate(*, task_id) -> Task:
         elif task.state == TaskState.CANCELLED and task.in_dlq:
             task.compensate_cancelled()
         else:
-            raise TaskNotActionable(f"task is {task.state}; only failed tasks can be compensated")
+            raise TaskNotActionable(
+                f"task is {task.state}; only failed tasks can be compensated",
+                code="compensate_not_failed",
+                details={"state": task.state},
+            )
         _save(task)
         dead_letter_set_status(task=task, status=DLQStatus.COMPENSATING)
         deliver_on_commit(task.pk, task.fencing_token, pipeline=task.pipeline)
@@ -98,18 +110,22 @@ def task_close(*, task_id, resolution: ResolutionCode, note: str) -> Task:
     with transaction.atomic():
         task = _locked(task_id)
         if task.state not in CLOSABLE_STATES:
-            raise TaskNotActionable(f"task is {task.state}; only failed tasks can be closed")
+            raise TaskNotActionable(
+                f"task is {task.state}; only failed tasks can be closed",
+                code="close_not_failed",
+                details={"state": task.state},
+            )
         with _refused_if_changed():
             resolved = dead_letter_resolve(task=task, resolution=resolution, note=note)
         if not resolved:
-            raise TaskNotActionable("the task has no open dead letter")
+            raise TaskNotActionable("the task has no open dead letter", code="no_open_dead_letter")
     return task
 
 
 def _locked(task_id) -> Task:
     task = Task.objects.select_for_update().filter(pk=task_id).first()
     if task is None:
-        raise TaskNotActionable("no such task")
+        raise TaskNotActionable("no such task", code="no_such_task")
     return task
 
 
@@ -124,4 +140,6 @@ def _refused_if_changed() -> Iterator[None]:
     try:
         yield
     except (ConcurrentTransition, LeaseLost):
-        raise TaskNotActionable("the task changed while acting on it; reload and try again") from None
+        raise TaskNotActionable(
+            "the task changed while acting on it; reload and try again", code="task_changed"
+        ) from None

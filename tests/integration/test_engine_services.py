@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 import zlib
 from datetime import timedelta
 
@@ -15,12 +16,29 @@ from django.utils import timezone
 from dlq.models import DLQItem, DLQStatus
 from tasks import sweeper
 from tasks.attempts import AttemptRecord
-from tasks.exceptions import IdempotencyKeyReused, InvalidTaskInput, LeaseLost, UnknownPipeline
+from tasks.exceptions import (
+    IdempotencyKeyReused,
+    InvalidTaskInput,
+    LeaseLost,
+    PipelineControlRefused,
+    TaskNotActionable,
+    UnknownPipeline,
+)
 from tasks.leases import task_claim
-from tasks.models import AttemptKind, AttemptOutcome, Checkpoint, EffectStatus, SideEffect, StepAttempt, Task
+from tasks.models import (
+    AttemptKind,
+    AttemptOutcome,
+    Checkpoint,
+    EffectStatus,
+    ResolutionCode,
+    SideEffect,
+    StepAttempt,
+    Task,
+)
 from tasks.outcomes import step_succeeded
+from tasks.pipeline_controls import pipeline_limits_reset, pipeline_pause, pipeline_resume
 from tasks.runner import task_run
-from tasks.services import task_compensate, task_submit
+from tasks.services import task_close, task_compensate, task_retry_from_checkpoint, task_retry_from_start, task_submit
 from tasks.sweeper import sweep_once
 from tests.support import wait_for
 
@@ -342,3 +360,37 @@ def test_a_failed_checkpoint_write_is_not_the_steps_failure_and_the_lease_resume
     task.refresh_from_db()
     assert not StepAttempt.objects.filter(task=task, kind=AttemptKind.COMPENSATION).exists()
     assert Checkpoint.objects.get(task=task, step_index=0).output == {"a": f"rc-{task.pk}-g0-local_a-a"}
+
+
+def test_refusals_carry_a_code_and_their_facts_for_callers_to_word():
+    queued = task_submit(pipeline="t_local", input={})
+    refusals = {
+        "retry_not_failed": lambda: task_retry_from_checkpoint(task_id=queued.pk),
+        "retry_from_start_not_allowed": lambda: task_retry_from_start(task_id=queued.pk),
+        "compensate_not_failed": lambda: task_compensate(task_id=queued.pk),
+        "close_not_failed": lambda: task_close(task_id=queued.pk, resolution=ResolutionCode.IGNORED, note="n"),
+    }
+    for code, refused in refusals.items():
+        with pytest.raises(TaskNotActionable) as raised:
+            refused()
+        assert (raised.value.code, raised.value.details) == (code, {"state": "queued"})
+        assert raised.value.message.startswith("task is queued; only ")  # the message stays English
+    with pytest.raises(TaskNotActionable) as raised:
+        task_retry_from_checkpoint(task_id=uuid.uuid4())
+    assert (raised.value.code, raised.value.details) == ("no_such_task", {})
+    pipeline_pause(pipeline="t_cancellable", actor="operator:s", reason="r")
+    controls = {
+        ("already_paused", "t_cancellable"): lambda: pipeline_pause(pipeline="t_cancellable", actor="s", reason="r"),
+        ("not_paused", "t_local"): lambda: pipeline_resume(pipeline="t_local", actor="s", reason="r"),
+        ("limits_declared_already", "t_local"): lambda: pipeline_limits_reset(
+            pipeline="t_local", actor="s", reason="r"
+        ),
+        ("unknown_pipeline", "nope"): lambda: pipeline_pause(pipeline="nope", actor="s", reason="r"),
+    }
+    for (code, pipeline), refused in controls.items():
+        with pytest.raises(PipelineControlRefused) as raised:
+            refused()
+        assert (raised.value.code, raised.value.details["pipeline"]) == (code, pipeline)
+    with pytest.raises(PipelineControlRefused) as raised:
+        pipeline_pause(pipeline="t_cancellable", actor="s", reason="r")
+    assert raised.value.details == {"pipeline": "t_cancellable", "paused_by": "operator:s"}
