@@ -16,6 +16,15 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from dlq.audit import REASON_MAX_LENGTH, audit_denied, audit_record
+from dlq.audit_details import (
+    ITEM_GONE,
+    ITEM_RESOLVED,
+    ITEM_STATE_CHANGED,
+    NO_DETAIL,
+    RESOLUTION,
+    AuditDetail,
+    refusal_detail,
+)
 from dlq.control_audit import LIVE_ACTION_LABELS
 from dlq.models import AuditOutcome, DLQItem, DLQStatus, ResolutionCode
 from tasks.exceptions import ReliabilityError, TaskNotActionable
@@ -81,9 +90,19 @@ def action_label(code: str) -> str:
 
 
 class ActionRefused(ReliabilityError):
-    """The action is not possible now (another operator or a worker acted first, or a wrong state)."""
+    """The action is not possible now (another operator or a worker acted first, or a wrong state).
+
+    Its message is in the actor's language; its ``code`` and ``details`` say the same for the audit log,
+    worded for each reader (``dlq.audit_details``).
+    """
 
     code = "action_refused"
+
+
+def action_refused(code: str, **params) -> ActionRefused:
+    """The refusal ``code`` (``dlq.audit_details``) with its facts, its message in the active language."""
+    detail = AuditDetail(code, params)
+    return ActionRefused(detail.sentence(), code=code, details=params)
 
 
 class ActionDenied(ReliabilityError):
@@ -144,20 +163,18 @@ def dlq_item_act(
     if action == "close" and resolution_code not in ResolutionCode.values:
         raise ReasonRequired(gettext("choose a resolution code"))
     resolution_code = resolution_code if action == "close" else ""  # only a close has one; never store stray input
+    task_id = None  # once known, a refusal's entry names the task too: its page lists the refusal
     try:
         with transaction.atomic():
             item = DLQItem.objects.select_for_update().filter(pk=item_id).first()
             if item is None:
-                raise ActionRefused(gettext("this dead letter no longer exists"))
+                raise action_refused(ITEM_GONE)
             task = Task.objects.select_for_update().get(pk=item.task_id)
-            before = task.state
+            task_id, before = task.pk, task.state
             if item.status == DLQStatus.RESOLVED:
-                raise ActionRefused(gettext("this dead letter was already resolved"))
+                raise action_refused(ITEM_RESOLVED)
             if not spec.allows(task):
-                raise ActionRefused(
-                    gettext("not possible while the task is %(state)s: someone may have acted first")
-                    % {"state": TaskState(before).label}
-                )
+                raise action_refused(ITEM_STATE_CHANGED, state=before)
             after = _apply(action, task, reason, resolution_code)
             audit_record(
                 actor=actor_name,
@@ -169,24 +186,27 @@ def dlq_item_act(
                 state_after=after,
                 reason=reason,
                 outcome=AuditOutcome.SUCCEEDED,
-                detail=resolution_code,
+                detail=AuditDetail(RESOLUTION, {"resolution": resolution_code}) if resolution_code else NO_DETAIL,
                 client_ip=client_ip,
                 bulk_operation_id=bulk_operation_id,
             )
     except (ActionRefused, TaskNotActionable) as exc:
+        # The engine's refusal by its code, as the console's own: stored language-neutral, whoever reads it.
+        detail = refusal_detail(exc)
         audit_record(
             actor=actor_name,
             action=action,
             target_type="dlq_item",
             target_id=str(item_id),
+            task_id=task_id,
             reason=reason,
             outcome=AuditOutcome.REFUSED,
-            detail=str(exc),
+            detail=detail,
             client_ip=client_ip,
             bulk_operation_id=bulk_operation_id,
         )
         if isinstance(exc, TaskNotActionable):
-            raise ActionRefused(str(exc)) from None
+            raise ActionRefused(detail.sentence(), code=exc.code, details=exc.details) from None
         raise
     return ActionResult(item_id=item_id, action=action, state_before=before, state_after=after)
 

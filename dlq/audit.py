@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from dlq.audit_details import AUDIT_PURGED, NO_DETAIL, PERMISSION_DENIED, AuditDetail
 from dlq.models import AuditEntry, AuditOutcome
 from tasks.retention import PurgeRun, purge_batches, retention_purge_record
 
@@ -28,8 +29,6 @@ AUDIT_PURGE_ACTION = "audit_purged"
 RETENTION_ACTOR = "system:retention"
 # Entries per transaction: each is one DELETE and one audit entry saying so.
 AUDIT_PURGE_BATCH_SIZE = 5000
-# The detail of an entry recording a refused permission (the console shows it translated).
-DENIED_DETAIL = "permission denied"
 # A sweeper run purges for at most this long (the sweep it belongs to waits for it).
 SWEEPER_RUN_SECONDS = 5.0
 # The most an entry stores of its free-text fields. An allowed user's longer reason is refused with a form error
@@ -37,6 +36,8 @@ SWEEPER_RUN_SECONDS = 5.0
 # POST cannot grow the append-only log (or the pages that show it) by more than this.
 REASON_MAX_LENGTH = 1000
 DETAIL_MAX_LENGTH = 2000
+# A detail's parameter (a pipeline's name, an engine's error) is cut to this: the sentence made of them stays short.
+DETAIL_PARAM_MAX_LENGTH = 200
 TRUNCATED_MARKER = "… [truncated: {length} characters in all]"
 
 
@@ -64,11 +65,16 @@ def audit_record(
     state_before: str = "",
     state_after: str = "",
     reason: str = "",
-    detail: str = "",
+    detail: AuditDetail = NO_DETAIL,
     client_ip: str | None = None,
     bulk_operation_id: int | None = None,
 ) -> AuditEntry:
-    """Append one entry, its free text bounded. Call it inside the transaction of the change it records."""
+    """Append one entry, its free text bounded. Call it inside the transaction of the change it records.
+
+    ``detail`` is a code and its facts (``dlq.audit_details``), stored with its English sentence and worded in
+    the reader's language when shown.
+    """
+    detail = AuditDetail(code=detail.code[:50], params=_params_bounded(detail.params), english=detail.english)
     return AuditEntry.objects.create(
         actor=actor[:150],
         action=action[:50],
@@ -79,10 +85,25 @@ def audit_record(
         state_after=state_after or "",
         reason=text_bounded(reason, REASON_MAX_LENGTH),
         outcome=outcome,
-        detail=text_bounded(detail, DETAIL_MAX_LENGTH),
+        detail=text_bounded(detail.stored(), DETAIL_MAX_LENGTH),
+        detail_code=detail.code,
+        detail_params=detail.params,
         client_ip=client_ip,
         bulk_operation_id=bulk_operation_id,
     )
+
+
+def _params_bounded(params: dict) -> dict:
+    def bounded(value):
+        if isinstance(value, str):
+            return text_bounded(value, DETAIL_PARAM_MAX_LENGTH)
+        if isinstance(value, dict):
+            return {str(key)[:DETAIL_PARAM_MAX_LENGTH]: bounded(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [bounded(item) for item in value]
+        return value if value is None or isinstance(value, bool | int | float) else bounded(str(value))
+
+    return {str(key)[:DETAIL_PARAM_MAX_LENGTH]: bounded(value) for key, value in params.items()}
 
 
 def audit_denied(
@@ -96,7 +117,7 @@ def audit_denied(
         target_id=target_id,
         outcome=AuditOutcome.DENIED,
         reason=reason,
-        detail=DENIED_DETAIL,
+        detail=AuditDetail(PERMISSION_DENIED),
         client_ip=client_ip,
     )
 
@@ -207,7 +228,9 @@ def _delete_audited(cutoff: datetime, older_than: timedelta, ids: list[int]) -> 
             target_type="audit_log",
             target_id=cutoff.isoformat(),
             outcome=AuditOutcome.SUCCEEDED,
-            reason=f"entries older than {older_than.total_seconds() / 86400:g} days",
-            detail=f"{deleted} entries created before {cutoff.isoformat()} deleted",
+            detail=AuditDetail(
+                AUDIT_PURGED,
+                {"count": deleted, "cutoff": cutoff.isoformat(), "days": f"{older_than.total_seconds() / 86400:g}"},
+            ),
         )
     return deleted

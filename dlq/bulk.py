@@ -40,6 +40,7 @@ from dlq.actions import (
     dlq_item_act,
 )
 from dlq.audit import audit_denied, audit_record, text_bounded
+from dlq.audit_details import BULK_ITEMS, BULK_SELF_APPROVAL, CANARY_FAILED, AuditDetail
 from dlq.models import AuditOutcome, BulkOperation, BulkStatus, ResolutionCode
 from tasks.delivery import get_queue
 from tasks.exceptions import ReliabilityError
@@ -191,7 +192,17 @@ def bulk_operation_approve(*, actor, operation_id: int, client_ip: str | None = 
     if requested is None:
         raise BulkRefused(gettext("no such bulk action"))
     if requested.requested_by == username:
-        _audit(requested, username, "bulk_approve", requested.status, requested.status, "", client_ip, refused=True)
+        _audit(
+            requested,
+            username,
+            "bulk_approve",
+            requested.status,
+            requested.status,
+            "",
+            client_ip,
+            refused=True,
+            detail=AuditDetail(BULK_SELF_APPROVAL),
+        )
         raise BulkRefused(gettext("the requester cannot approve their own bulk action"))
     with transaction.atomic():
         operation = BulkOperation.objects.select_for_update().filter(pk=operation_id).first()
@@ -354,8 +365,9 @@ def _canary_failed(operation_id: int) -> bool:
             "bulk_canary_stop",
             BulkStatus.RUNNING,
             operation.status,
-            f"{operation.failed} of {canary} canary items failed",
+            "",
             None,
+            detail=AuditDetail(CANARY_FAILED, {"failed": operation.failed, "canary": canary}),
         )
     return True
 
@@ -368,7 +380,8 @@ def _finish(operation: BulkOperation) -> None:
         _audit(operation, "system", "bulk_complete", BulkStatus.RUNNING, BulkStatus.COMPLETED, "", None)
 
 
-def _audit(operation, actor, action, before, after, reason, client_ip, refused=False) -> None:
+def _audit(operation, actor, action, before, after, reason, client_ip, refused=False, detail=None) -> None:
+    """An entry of ``operation``'s; its detail names the action and the item count unless another is given."""
     audit_record(
         actor=actor,
         action=action,
@@ -378,7 +391,7 @@ def _audit(operation, actor, action, before, after, reason, client_ip, refused=F
         state_after=after,
         reason=reason or operation.reason,
         outcome=AuditOutcome.REFUSED if refused else AuditOutcome.SUCCEEDED,
-        detail=f"{operation.action} on {operation.total} items",
+        detail=detail or AuditDetail(BULK_ITEMS, {"action": operation.action, "total": operation.total}),
         client_ip=client_ip,
         bulk_operation_id=operation.pk,
     )

@@ -13,12 +13,10 @@ refuses them (``dlq.live_actions``).
 
 from __future__ import annotations
 
-import json
-
-from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from dlq.audit import audit_record
+from dlq.audit_details import CANCEL_AT_BOUNDARY, LIMIT_KEYS, LIMITS_CHANGED, NO_DETAIL, AuditDetail
 from dlq.models import AuditOutcome
 from tasks.cancellation import cancel_requested
 from tasks.models import TaskState
@@ -40,12 +38,6 @@ LIVE_ACTION_LABELS = {
 # A pipeline entry's "state" before and after: the words a task state and a bulk status already have.
 PIPELINE_RUNNING = TaskState.RUNNING.value
 PIPELINE_PAUSED_STATE = "paused"
-# Fixed details, shown translated (dlq.admin.common.DETAIL_LABELS).
-CANCEL_AT_BOUNDARY_DETAIL = "stops at its next step boundary"
-CANCEL_REPEATED_DETAIL = "a cancel was already requested"
-# A limit the engine's snapshot names this way follows the pipeline's declaration.
-DECLARED = "declared"
-LIMIT_KEYS = ("max_concurrency", "rate_limit")
 # The changes whose entry records the limits before and after (a pause leaves them as they are).
 LIMIT_ACTIONS = (PIPELINE_LIMITS_SET, PIPELINE_LIMITS_RESET)
 
@@ -73,7 +65,7 @@ def cancel_audited(sender, *, task, actor: str, reason: str, state_before: str, 
         reason=reason,
         outcome=AuditOutcome.SUCCEEDED,
         # A running task goes on to its step boundary: the entry says so, the task page shows when it stopped.
-        detail=CANCEL_AT_BOUNDARY_DETAIL if task.state == TaskState.RUNNING else "",
+        detail=AuditDetail(CANCEL_AT_BOUNDARY) if task.state == TaskState.RUNNING else NO_DETAIL,
         client_ip=client_ip,
     )
 
@@ -91,7 +83,7 @@ def pipeline_change_audited(
         state_after=_pipeline_state(after),
         reason=reason,
         outcome=AuditOutcome.SUCCEEDED,
-        detail=limits_detail(before=before, after=after) if action in LIMIT_ACTIONS else "",
+        detail=limits_detail(before=before, after=after) if action in LIMIT_ACTIONS else NO_DETAIL,
         client_ip=client_ip,
     )
 
@@ -106,34 +98,12 @@ def _pipeline_state(snapshot: dict) -> str:
     return PIPELINE_PAUSED_STATE if snapshot.get("paused") else PIPELINE_RUNNING
 
 
-def limits_detail(*, before: dict, after: dict) -> str:
-    """The limits before and after a change, as compact JSON: language-neutral, worded when shown."""
-    limits = {
-        "before": {key: before.get(key) for key in LIMIT_KEYS},
-        "after": {key: after.get(key) for key in LIMIT_KEYS},
-    }
-    return json.dumps(limits, separators=(",", ":"), sort_keys=True)
-
-
-def limits_detail_text(detail: str) -> str | None:
-    """A limits detail worded in the reader's language ("max concurrency: as declared → 2"); None if not one."""
-    if not detail.startswith('{"after":'):
-        return None
-    try:
-        limits = json.loads(detail)
-        before, after = limits["before"], limits["after"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    if not isinstance(before, dict) or not isinstance(after, dict):
-        return None
-    names = {"max_concurrency": gettext("max concurrency"), "rate_limit": gettext("rate limit")}
-    changed = [key for key in LIMIT_KEYS if before.get(key) != after.get(key)] or list(LIMIT_KEYS)
-    return "; ".join(f"{names[key]}: {_limit_text(before.get(key))} → {_limit_text(after.get(key))}" for key in changed)
-
-
-def _limit_text(value) -> str:
-    if value == DECLARED:
-        return gettext("as declared")
-    if value is None or value == "":
-        return gettext("no limit")
-    return str(value)
+def limits_detail(*, before: dict, after: dict) -> AuditDetail:
+    """The limits before and after a change: language-neutral, worded when shown (stored as compact JSON)."""
+    return AuditDetail(
+        LIMITS_CHANGED,
+        {
+            "before": {key: before.get(key) for key in LIMIT_KEYS},
+            "after": {key: after.get(key) for key in LIMIT_KEYS},
+        },
+    )

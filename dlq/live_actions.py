@@ -22,8 +22,8 @@ from django.utils.translation import gettext_lazy as _
 
 from dlq.actions import MAX_REASON_LENGTH, ActionDenied, ActionRefused, ReasonRequired
 from dlq.audit import audit_denied, audit_record
+from dlq.audit_details import CANCEL_REPEATED, AuditDetail, refusal_detail
 from dlq.control_audit import (
-    CANCEL_REPEATED_DETAIL,
     PIPELINE_LIMITS_RESET,
     PIPELINE_LIMITS_SET,
     PIPELINE_PAUSED,
@@ -93,16 +93,16 @@ def task_cancel_by_operator(*, task_id, actor, reason: str, client_ip: str | Non
     try:
         result = task_cancel(task_id=task_id, actor=operator_actor(actor), reason=reason, client_ip=client_ip)
     except TaskNotCancellable as exc:
-        _refused(name, reason, str(exc), state=exc.state, **target)
+        _refused(name, reason, refusal_detail(exc), state=exc.state, **target)
         raise ActionRefused(
             gettext("the task is %(state)s: there is nothing left to cancel") % {"state": _state_label(exc.state)}
         ) from None
     except TaskNotActionable as exc:
-        _refused(name, reason, str(exc), **target)
+        _refused(name, reason, refusal_detail(exc), **target)
         raise ActionRefused(gettext("this task no longer exists")) from None
     if not result.requested_now:
         task = result.task
-        _refused(name, reason, CANCEL_REPEATED_DETAIL, state=task.state, **target)
+        _refused(name, reason, AuditDetail(CANCEL_REPEATED), state=task.state, **target)
         raise ActionRefused(
             gettext("a cancel of this task was already requested by %(who)s at %(when)s")
             % {
@@ -113,7 +113,7 @@ def task_cancel_by_operator(*, task_id, actor, reason: str, client_ip: str | Non
     return result
 
 
-def _refused(actor: str, reason: str, detail: str, *, state: str = "", **target) -> None:
+def _refused(actor: str, reason: str, detail: AuditDetail, *, state: str = "", **target) -> None:
     audit_record(
         actor=actor,
         reason=reason,
@@ -274,5 +274,6 @@ def pipeline_act(
             return pipeline_limits_set(**engine, max_concurrency=limits.max_concurrency, rate_limit=limits.rate_limit)
         return pipeline_limits_reset(**engine)
     except PipelineControlRefused as exc:
-        _refused(name, reason, str(exc), **target)
-        raise ActionRefused(str(spec.refused or exc)) from None
+        detail = refusal_detail(exc)
+        _refused(name, reason, detail, **target)
+        raise ActionRefused(str(spec.refused or detail.sentence()), code=exc.code, details=exc.details) from None

@@ -81,7 +81,11 @@ class AuditEntry(models.Model):
     state_after = models.CharField(_("state after"), max_length=40, blank=True, default="")
     reason = models.TextField(_("reason"), blank=True, default="")
     outcome = models.CharField(_("outcome"), max_length=20, choices=AuditOutcome.choices)
+    # In English (or a resolution code, a limits change's JSON) for readers of this column alone; pages word the
+    # code and its parameters in the reader's language (dlq.audit_details). Entries without a code show ``detail``.
     detail = models.TextField(_("detail"), blank=True, default="")
+    detail_code = models.CharField(_("detail code"), max_length=50, blank=True, default="", db_default="")
+    detail_params = models.JSONField(_("detail parameters"), blank=True, default=dict, db_default={})
     client_ip = models.GenericIPAddressField(_("client IP address"), null=True, blank=True)
     bulk_operation = models.ForeignKey(
         "BulkOperation",

@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from dlq.audit import REASON_MAX_LENGTH, text_bounded
+from dlq.audit import DETAIL_MAX_LENGTH, REASON_MAX_LENGTH, text_bounded
 from dlq.models import AuditEntry, DLQItem
 from tasks import registry
 from tasks.exceptions import UnknownPipeline
@@ -129,12 +129,19 @@ def retry_preview(*, item: DLQItem, action: str) -> list[PreviewStep]:
 
 
 def audit_entries_for_item(*, item: DLQItem, limit: int = 50) -> list[AuditEntry]:
-    """The item's newest entries, each reason cut to what the log stores now (older entries may hold more)."""
+    """The item's newest entries, each reason and detail cut to what the log stores now (older entries may hold
+    more)."""
     entries = list(
         AuditEntry.objects.filter(target_type="dlq_item", target_id=str(item.pk))
         .defer("reason", "detail")
-        .annotate(reason_start=Left("reason", REASON_MAX_LENGTH), reason_length=Length("reason"))[:limit]
+        .annotate(
+            reason_start=Left("reason", REASON_MAX_LENGTH),
+            reason_length=Length("reason"),
+            detail_start=Left("detail", DETAIL_MAX_LENGTH),
+            detail_length=Length("detail"),
+        )[:limit]
     )
     for entry in entries:
         entry.reason = text_bounded(entry.reason_start, REASON_MAX_LENGTH, length=entry.reason_length)
+        entry.detail = text_bounded(entry.detail_start, DETAIL_MAX_LENGTH, length=entry.detail_length)
     return entries

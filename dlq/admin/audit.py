@@ -12,10 +12,10 @@ from dlq.admin.common import (
     TargetTypeFilter,
     action_label,
     detail_label,
-    state_label,
     target_label,
 )
 from dlq.audit import DETAIL_MAX_LENGTH, REASON_MAX_LENGTH, text_bounded
+from dlq.audit_details import state_label
 from dlq.models import AuditEntry
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
 from reliability_console.paginator import CappedCountPaginator
@@ -84,7 +84,7 @@ class AuditEntryAdmin(DenialsAuditedMixin, ReadOnlyAdminMixin, admin.ModelAdmin)
 
     @admin.display(description=_("detail"))
     def detail_text(self, obj):
-        return detail_label(text_bounded(obj.detail_first, DETAIL_MAX_LENGTH, length=obj.detail_length))
+        return detail_label(obj, stored=text_bounded(obj.detail_first, DETAIL_MAX_LENGTH, length=obj.detail_length))
 
     @admin.display(description=_("action"), ordering="action")
     def action_label(self, obj: AuditEntry) -> str:

@@ -13,11 +13,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.translation import gettext_lazy as _
 
 from dlq.actions import ActionDenied, ActionRefused, ReasonRequired, action_label
-from dlq.audit import DENIED_DETAIL, audit_denied
+from dlq.audit import audit_denied
+from dlq.audit_details import detail_text
 from dlq.bulk import BulkRefused
-from dlq.control_audit import CANCEL_AT_BOUNDARY_DETAIL, CANCEL_REPEATED_DETAIL, limits_detail_text
-from dlq.models import BulkStatus, ResolutionCode
-from tasks.models import TaskState
+from dlq.models import AuditEntry
 
 
 class ActionFilter(admin.SimpleListFilter):
@@ -63,26 +62,15 @@ class TargetTypeFilter(admin.SimpleListFilter):
         return queryset.filter(target_type=self.value()) if self.value() else queryset
 
 
-def state_label(state: str) -> str:
-    """A task state's name in the reader's language (a bulk action's status for bulk entries; "" stays "")."""
-    for choices in (TaskState, BulkStatus):
-        if state in choices.values:
-            return str(choices(state).label)
-    return state
+def detail_label(entry: AuditEntry, *, stored: str | None = None) -> str:
+    """An audit entry's detail in the reader's language: its code worded with its parameters, else (an entry
+    written before the codes) its stored ``detail``, a fixed phrase translated.
 
-
-# Details the console writes as a code or a fixed phrase; other details (counts, errors) are shown as written.
-DETAIL_LABELS = {
-    **dict(ResolutionCode.choices),
-    DENIED_DETAIL: _("permission denied"),
-    CANCEL_AT_BOUNDARY_DETAIL: _("stops at its next step boundary"),
-    CANCEL_REPEATED_DETAIL: _("a cancel was already requested"),
-}
-
-
-def detail_label(detail: str) -> str:
-    """An audit entry's detail in the reader's language: a resolution code, a fixed phrase, a limits change."""
-    return str(DETAIL_LABELS.get(detail) or limits_detail_text(detail) or detail)
+    ``stored``: the stored text when the page read only its start (``Left``), instead of ``entry.detail``.
+    """
+    return detail_text(
+        code=entry.detail_code, params=entry.detail_params, stored=entry.detail if stored is None else stored
+    )
 
 
 def client_ip(request: HttpRequest) -> str | None:

@@ -6,7 +6,7 @@ from django import template
 
 from dlq.admin.common import action_label as _action_label
 from dlq.admin.common import detail_label as _detail_label
-from dlq.admin.common import state_label as _state_label
+from dlq.audit_details import state_label as _state_label
 
 register = template.Library()
 
@@ -22,5 +22,6 @@ def state_label(code: str) -> str:
 
 
 @register.filter
-def audit_detail(detail: str) -> str:
-    return _detail_label(detail)
+def audit_detail(entry) -> str:
+    """An audit entry's detail (give it the entry: its code and parameters are worded, else its stored text)."""
+    return _detail_label(entry)

@@ -44,8 +44,17 @@ def test_old_entries_go_and_the_purge_writes_its_own_entry():
     assert AuditEntry.objects.filter(pk=recent.pk).exists()
     # One entry per transaction: each names how many it deleted and the cutoff.
     purges = list(AuditEntry.objects.filter(action=AUDIT_PURGE_ACTION).order_by("pk"))
-    assert [p.detail.split()[0] for p in purges] == ["2", "1"]
-    assert all(p.target_id == report.cutoff.isoformat() and report.cutoff.isoformat() in p.detail for p in purges)
+    cutoff = report.cutoff.isoformat()
+    # Stored as a code with its facts, worded for each reader; the English sentence kept for the column's readers.
+    assert [(p.detail_code, p.detail_params) for p in purges] == [
+        ("audit_purged", {"count": 2, "cutoff": cutoff, "days": "90"}),
+        ("audit_purged", {"count": 1, "cutoff": cutoff, "days": "90"}),
+    ]
+    assert [p.detail for p in purges] == [
+        f"2 entries created before {cutoff} deleted (older than 90 days)",
+        f"1 entry created before {cutoff} deleted (older than 90 days)",
+    ]
+    assert all(p.target_id == cutoff and p.reason == "" for p in purges)
     assert {p.actor for p in purges} == {"system:retention"} and {p.outcome for p in purges} == {"succeeded"}
     record = RetentionPurge.objects.get(kind=AUDIT_PURGE_KIND)
     assert (record.last_items, record.total_items) == (3, 3)

@@ -3,7 +3,7 @@
 Each page is rendered by the test client with ``Accept-Language: zh-Hans``
 over seeded data (dead letters with reasons, an operator's close, a bulk
 action, an alert rule that fired with a channel and a delivery, an API
-client), and its visible text (text nodes, and the title, placeholder,
+client, refused actions, a purge of the audit log), and its visible text (text nodes, and the title, placeholder,
 aria-label and button values) is searched for English words. What may stay
 in Latin letters is data and identifiers: pipeline, step and error codes,
 ids, usernames, names given by operators, URLs, numbers and dates, and a few
@@ -13,18 +13,21 @@ product and protocol names (``ALLOWED_WORDS``).
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from html.parser import HTMLParser
 
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.utils import translation
+from django.db import connection, transaction
+from django.utils import timezone, translation
 
-from dlq.actions import dlq_item_act
+from dlq.actions import ActionRefused, dlq_item_act
 from dlq.alerting.models import AlertChannel, AlertEvent, AlertKind, AlertRule
 from dlq.alerting.rules import alerts_evaluate
+from dlq.audit import audit_entries_purge, audit_record
 from dlq.bulk import bulk_operation_request
-from dlq.models import AuditEntry, BulkOperation, DLQItem
+from dlq.models import AuditEntry, AuditOutcome, BulkOperation, DLQItem
 from tasks import registry
 from tasks.cancellation import task_cancel
 from tasks.clients import api_client_create
@@ -157,6 +160,25 @@ def seeded(clean_redis):
     pipeline_limits_set(
         pipeline="t_one_at_a_time", actor="operator:root", reason="upstream fixed", max_concurrency=3, rate_limit="5/s"
     )
+    # Refusals, each audited with why: the console's own (the item is resolved already) and the engine's (a task
+    # asked to cancel cannot be retried: set by hand, as when a cancel comes while its failing step still runs).
+    with pytest.raises(ActionRefused):
+        dlq_item_act(item_id=closed.pk, action="retry", actor=root, reason="upstream fixed")
+    engine_refused = task_submit(pipeline="t_parked", input={"fail": True, "topic": "q5"})
+    task_run(task_id=str(engine_refused.pk), worker="w1")
+    Task.objects.filter(pk=engine_refused.pk).update(cancel_requested_at=timezone.now(), cancel_requested_by="root")
+    with pytest.raises(ActionRefused):
+        dlq_item_act(
+            item_id=DLQItem.objects.get(task=engine_refused).pk, action="retry", actor=root, reason="upstream fixed"
+        )
+    # The retention purge of an old entry writes an entry of its own.
+    aged = audit_record(actor="root", action="close", target_type="dlq_item", target_id="0", outcome="succeeded")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL session_replication_role = replica")  # ageing an entry: the trigger refuses it
+        cursor.execute(
+            "UPDATE dlq_auditentry SET created_at = %s WHERE id = %s", [timezone.now() - timedelta(days=100), aged.pk]
+        )
+    audit_entries_purge(older_than=timedelta(days=90))
     return {
         "cancelled": cancelled,
         "stopping": stopping,
@@ -165,6 +187,7 @@ def seeded(clean_redis):
         "item": DLQItem.objects.get(task=compensated),
         "task": Task.objects.get(pk=compensated.pk),
         "closed": closed,
+        "engine_refused": Task.objects.get(pk=engine_refused.pk),
         "root": root,
     }
 
@@ -214,7 +237,23 @@ def pages(seeded) -> list[str]:
         f"/admin/dlq/auditentry/{AuditEntry.objects.filter(action='task_cancelled').first().pk}/change/",
         f"/admin/dlq/auditentry/{AuditEntry.objects.get(action='pipeline_limits_set').pk}/change/",
         "/admin/dlq/auditentry/?target_type=pipeline",
+        # Entries whose detail the console writes: refusals (the console's, the engine's), a bulk request, a purge;
+        # the pages that list the refusals with their detail.
+        *(f"/admin/dlq/auditentry/{pk}/change/" for pk in refusals()),
+        f"/admin/dlq/auditentry/{AuditEntry.objects.get(action='bulk_request').pk}/change/",
+        f"/admin/dlq/auditentry/{AuditEntry.objects.get(action='audit_purged').pk}/change/",
+        f"/admin/tasks/task/{seeded['engine_refused'].pk}/change/",
+        f"/admin/dlq/dlqitem/{DLQItem.objects.get(task=seeded['engine_refused']).pk}/change/",
+        "/admin/dlq/auditentry/?outcome=refused",
     ]
+
+
+def refusals() -> list[int]:
+    pks = list(
+        AuditEntry.objects.filter(outcome=AuditOutcome.REFUSED, target_type="dlq_item").values_list("pk", flat=True)
+    )
+    assert len(pks) == 2
+    return pks
 
 
 def test_every_console_page_is_in_chinese(client, seeded):
@@ -276,6 +315,55 @@ def test_an_item_written_before_reason_parameters_existed_shows_its_stored_reaso
     DLQItem.objects.filter(pk=item.pk).update(reason_params={}, reason="an older release wrote this")
     page = client.get(f"/admin/dlq/dlqitem/{item.pk}/change/", HTTP_ACCEPT_LANGUAGE="zh-Hans").content.decode()
     assert "an older release wrote this" in page
+
+
+def test_audit_details_are_stored_as_codes_and_read_in_each_readers_language(client, seeded):
+    client.force_login(seeded["root"])
+    refused = AuditEntry.objects.get(outcome=AuditOutcome.REFUSED, target_id=str(seeded["closed"].pk))
+    engine = AuditEntry.objects.get(outcome=AuditOutcome.REFUSED, task_id=seeded["engine_refused"].pk)
+    bulk = AuditEntry.objects.get(action="bulk_request")
+    purge = AuditEntry.objects.get(action="audit_purged")
+    # Stored once, language-neutral: a code and its facts (the engine's refusal by the engine's code), and the
+    # English sentence for readers of the column alone.
+    assert [(e.detail_code, e.detail_params) for e in (refused, engine, bulk)] == [
+        ("item_resolved", {}),
+        ("retry_cancelled", {}),
+        ("bulk_items", {"action": "close", "total": 1}),
+    ]
+    assert (purge.detail_code, purge.detail_params["count"], purge.detail_params["days"]) == ("audit_purged", 1, "90")
+    assert (bulk.detail, refused.detail) == ("Close on 1 item", "this dead letter was already resolved")
+    for entry, english, chinese in (
+        (refused, "this dead letter was already resolved", "该死信已被解决"),
+        (engine, "the task was cancelled: compensate it or close its dead letter", "任务已被取消：请对其进行补偿"),
+        (bulk, "Close on 1 item", "对 1 个条目执行“关闭”"),
+        (purge, "1 entry created before", "之前创建的 1 条记录（超过 90 天）"),
+    ):
+        url = f"/admin/dlq/auditentry/{entry.pk}/change/"
+        shown_in_english = client.get(url, HTTP_ACCEPT_LANGUAGE="en").content.decode()
+        shown_in_chinese = client.get(url, HTTP_ACCEPT_LANGUAGE="zh-Hans").content.decode()
+        assert english in shown_in_english and chinese in shown_in_chinese and english not in shown_in_chinese, url
+
+
+def test_audit_entries_written_before_detail_codes_show_their_stored_detail(client, seeded):
+    client.force_login(seeded["root"])
+
+    def written(detail: str, **fields) -> str:
+        entry = AuditEntry.objects.create(
+            actor="root",
+            action="close",
+            target_type="dlq_item",
+            target_id="1",
+            outcome="refused",
+            detail=detail,
+            **fields,
+        )
+        return client.get(f"/admin/dlq/auditentry/{entry.pk}/change/", HTTP_ACCEPT_LANGUAGE="zh-Hans").content.decode()
+
+    assert "close on 3 items" in written("close on 3 items")  # a sentence: as stored
+    assert "无权限" in written("permission denied")  # a fixed phrase, and a resolution code: translated
+    assert "已忽略" in written("ignored")
+    # A code this release cannot word (a newer engine's refusal): its stored English.
+    assert "the engine said no" in written("the engine said no", detail_code="newer_refusal", detail_params={"x": 1})
 
 
 def test_alert_summaries_read_in_english_and_in_chinese(client, seeded):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dlq.actions import MAX_REASON_LENGTH
+from dlq.audit import DETAIL_MAX_LENGTH, DETAIL_PARAM_MAX_LENGTH, audit_record
+from dlq.audit_details import AuditDetail
 from dlq.bulk import BULK_REASON_MAX_LENGTH, bulk_operation_run_slice
 from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem, DLQStatus
 from tests.support import parked_dead_letters
@@ -60,9 +62,15 @@ def test_entries_stored_before_the_limit_are_cut_on_display(client, role_users):
     item_page = f"/admin/dlq/dlqitem/{item.pk}/change/"
     before = size(client, item_page)
     legacy = AuditEntry.objects.create(
-        actor="old", action="close", target_type="dlq_item", target_id=str(item.pk), outcome="denied", reason=HUGE
+        actor="old",
+        action="close",
+        target_type="dlq_item",
+        target_id=str(item.pk),
+        outcome="denied",
+        reason=HUGE,
+        detail=HUGE,
     )
-    assert size(client, item_page) - before < ROW_BUDGET
+    assert size(client, item_page) - before < ROW_BUDGET + DETAIL_MAX_LENGTH
     assert size(client, "/admin/dlq/auditentry/") < 200_000
     assert size(client, f"/admin/dlq/auditentry/{legacy.pk}/change/") < 60_000
 
@@ -105,3 +113,19 @@ def test_a_bulk_reason_too_long_for_its_prefix_is_refused_when_requested(client,
     assert status == BulkStatus.COMPLETED and (operation.succeeded, operation.failed) == (2, 0)
     reasons = AuditEntry.objects.filter(bulk_operation_id=operation.pk, action="close").values_list("reason", flat=True)
     assert all(r == f"[bulk #{operation.pk}] " + "r" * BULK_REASON_MAX_LENGTH for r in reasons) and len(reasons) == 2
+
+
+def test_a_details_parameters_are_bounded_before_they_are_stored():
+    # An engine's error quoting a value it refused, a name from a request: each parameter is cut, marked.
+    entry = audit_record(
+        actor="supervisor",
+        action="pipeline_limits_set",
+        target_type="pipeline",
+        target_id="t_local",
+        outcome=AuditOutcome.REFUSED,
+        detail=AuditDetail("limit_invalid", {"error": HUGE}),
+    )
+    entry.refresh_from_db()
+    error = entry.detail_params["error"]
+    assert len(error) <= DETAIL_PARAM_MAX_LENGTH and error.endswith("[truncated: 2000000 characters in all]")
+    assert entry.detail == f"the limit is not valid: {error}" and len(entry.detail) <= DETAIL_MAX_LENGTH

@@ -16,6 +16,7 @@ import uuid
 import pytest
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import FieldDoesNotExist
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
@@ -94,7 +95,7 @@ def _purge_index_valid() -> bool | None:
 
 def _audit_purge_allowed() -> bool:
     """Whether the audit trigger lets a transaction that names a cutoff delete an entry older than it."""
-    AuditEntry.objects.create(actor="a", action="close", target_type="dlqitem", target_id="1", outcome="succeeded")
+    _old_entry_append()
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SELECT set_config('reliability.audit_purge_before', (now() + '1 day')::text, true)")
@@ -102,6 +103,17 @@ def _audit_purge_allowed() -> bool:
         return True
     except DatabaseError:
         return False
+
+
+def _old_entry_append() -> int:
+    """An entry appended as any release since 0002 can: naming only the columns every one of them has."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO dlq_auditentry (created_at, actor, action, target_type, target_id, state_before, state_after,"
+            " reason, outcome, detail) VALUES (now(), 'old', 'close', 'dlq_item', '1', '', '', '', 'succeeded', '')"
+            " RETURNING id"
+        )
+        return cursor.fetchone()[0]
 
 
 def test_the_retention_migrations_go_back_and_forward():
@@ -167,3 +179,31 @@ def test_step_names_and_name_keyed_checkpoints_are_made_from_existing_rows():
     with pytest.raises(IntegrityError), transaction.atomic():
         Checkpoint.objects.create(task_id=registered.pk, step_index=5, step_name="local_a")
     Checkpoint.objects.create(task_id=registered.pk, step_index=0, step_name="local_b")
+
+
+DETAIL_CODES_BEFORE = [("dlq", "0011_task_cancel_permission")]
+
+
+def test_detail_codes_are_added_to_an_append_only_audit_log_that_keeps_its_rows():
+    try:
+        old = migrate(DETAIL_CODES_BEFORE)
+        OldEntry = old.get_model("dlq", "AuditEntry")
+        with pytest.raises(FieldDoesNotExist):
+            OldEntry._meta.get_field("detail_code")
+        written = OldEntry.objects.create(
+            actor="old",
+            action="bulk_request",
+            target_type="bulk_operation",
+            target_id="1",
+            outcome="succeeded",
+            detail="close on 3 items",
+        )
+    finally:
+        # Adding the columns rewrites no row: the trigger that refuses every UPDATE lets the migration through.
+        migrate(latest())
+    entry = AuditEntry.objects.get(pk=written.pk)
+    assert (entry.detail, entry.detail_code, entry.detail_params) == ("close on 3 items", "", {})
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        AuditEntry.objects.filter(pk=entry.pk).update(detail_code="bulk_items")
+    # The defaults stay in the database: a previous release, which names neither column, can still append.
+    assert AuditEntry.objects.filter(pk=_old_entry_append(), detail_code="", detail_params={}).exists()

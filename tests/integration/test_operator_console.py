@@ -10,8 +10,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import DatabaseError, connection, transaction
+from django.utils import timezone, translation
 
 from dlq.actions import ActionDenied, ActionRefused, ReasonRequired, dlq_item_act
+from dlq.admin.common import detail_label
 from dlq.bulk import (
     RUN_BULK_ENTRY_POINT,
     BulkRefused,
@@ -42,6 +44,10 @@ ALLOWED = {
 @pytest.fixture(autouse=True)
 def _setup(clean_redis):
     roles_setup()
+    yield
+    # A request in Chinese leaves Chinese active in this thread (LocaleMiddleware does not reset it afterwards):
+    # the next test's refusals would be worded in it.
+    translation.deactivate()
 
 
 @pytest.fixture
@@ -239,6 +245,55 @@ def test_close_resolves_with_a_code_and_note(users):
     assert not Task.objects.get(pk=item.task_id).in_dlq
 
 
+def test_a_refusal_is_stored_as_a_code_with_its_facts_and_worded_for_each_reader(client, users):
+    item = parked_item()
+    operator = fresh(users["operator"])
+    dlq_item_act(item_id=item.pk, action="close", actor=operator, reason="dup", resolution_code="duplicate")
+    # The actor reads Chinese: the message is Chinese, the entry is language-neutral (its English kept beside).
+    with translation.override("zh-hans"), pytest.raises(ActionRefused) as raised:
+        dlq_item_act(item_id=item.pk, action="retry", actor=operator, reason="again")
+    assert raised.value.message == "该死信已被解决"
+    closed, refused = AuditEntry.objects.filter(target_id=str(item.pk)).order_by("pk")
+    assert (closed.detail_code, closed.detail_params, closed.detail) == (
+        "resolution",
+        {"resolution": "duplicate"},
+        "duplicate",  # the code, as earlier releases stored (and word) it
+    )
+    assert (refused.outcome, refused.detail_code, refused.detail_params) == (AuditOutcome.REFUSED, "item_resolved", {})
+    assert refused.detail == "this dead letter was already resolved" and refused.task_id == item.task_id
+    client.force_login(users["operator"])
+    for language, worded in (("en", "this dead letter was already resolved"), ("zh-Hans", "该死信已被解决")):
+        for url in (f"/admin/dlq/auditentry/{refused.pk}/change/", f"/admin/dlq/dlqitem/{item.pk}/change/"):
+            assert worded in client.get(url, HTTP_ACCEPT_LANGUAGE=language).content.decode(), (language, url)
+
+
+def test_an_engine_refusal_is_stored_by_the_engines_code_and_facts(client, users):
+    item = parked_item()
+    # A cancel that came while the failing step still ran: the engine refuses a retry the console's check allowed.
+    Task.objects.filter(pk=item.task_id).update(cancel_requested_at=timezone.now(), cancel_requested_by="client:a")
+    with translation.override("zh-hans"), pytest.raises(ActionRefused) as raised:
+        dlq_item_act(item_id=item.pk, action="retry", actor=fresh(users["operator"]), reason="again")
+    assert raised.value.message == "任务已被取消：请对其进行补偿，或关闭其死信"
+    entry = AuditEntry.objects.get(target_id=str(item.pk))
+    assert (entry.detail_code, entry.detail_params, entry.task_id) == ("retry_cancelled", {}, item.task_id)
+    assert entry.detail == "the task was cancelled: compensate it or close its dead letter"
+    client.force_login(users["operator"])
+    page = client.get(f"/admin/tasks/task/{item.task_id}/change/", HTTP_ACCEPT_LANGUAGE="zh-Hans").content.decode()
+    assert "任务已被取消：请对其进行补偿，或关闭其死信" in page  # the task page lists the refusal
+
+
+def test_a_refusal_after_another_operator_acted_names_the_tasks_state(users):
+    item = parked_item()
+    dlq_item_act(item_id=item.pk, action="retry", actor=fresh(users["operator"]), reason="first")
+    with pytest.raises(ActionRefused, match="not possible while the task is queued"):
+        dlq_item_act(item_id=item.pk, action="compensate", actor=fresh(users["supervisor"]), reason="late")
+    entry = AuditEntry.objects.get(target_id=str(item.pk), outcome=AuditOutcome.REFUSED)
+    assert (entry.detail_code, entry.detail_params) == ("item_state_changed", {"state": "queued"})
+    assert entry.detail == "not possible while the task is queued: someone may have acted first"
+    with translation.override("zh-hans"):
+        assert detail_label(entry) == "任务处于 排队中 状态，无法执行：可能已有其他人先行操作"
+
+
 def test_the_audit_table_rejects_update_and_delete_on_postgresql(users):
     item = parked_item()
     dlq_item_act(item_id=item.pk, action="retry", actor=fresh(users["operator"]), reason="r")
@@ -269,7 +324,16 @@ def test_bulk_stops_by_itself_when_the_canary_fails(users, settings):
     assert run_until_stopped(operation.pk) == BulkStatus.CANARY_FAILED
     operation.refresh_from_db()
     assert operation.processed == 10 and operation.failed == 10 and operation.status == BulkStatus.CANARY_FAILED
-    assert AuditEntry.objects.filter(action="bulk_canary_stop").count() == 1
+    stop = AuditEntry.objects.get(action="bulk_canary_stop")
+    assert (stop.detail_code, stop.detail_params, stop.reason) == ("canary_failed", {"failed": 10, "canary": 10}, "r")
+    assert stop.detail == "10 of 10 canary items failed"
+    with translation.override("zh-hans"):
+        assert detail_label(stop) == "10 个金丝雀条目中有 10 个失败"
+    request = AuditEntry.objects.get(action="bulk_request")
+    assert (request.detail_code, request.detail_params) == ("bulk_items", {"action": "retry", "total": 14})
+    assert request.detail == "Retry from checkpoint on 14 items"
+    with translation.override("zh-hans"):
+        assert detail_label(request) == "对 14 个条目执行“从检查点重试”"
 
 
 def test_bulk_proceeds_at_its_rate_limit(users, settings):
@@ -364,7 +428,11 @@ def test_large_bulk_needs_a_second_supervisor(users, settings):
     assert bulk_operation_run_slice(operation_id=operation.pk) == BulkStatus.AWAITING_APPROVAL
     with pytest.raises(BulkRefused, match="cannot approve their own"):
         bulk_operation_approve(actor=requester, operation_id=operation.pk)
-    assert AuditEntry.objects.filter(action="bulk_approve", outcome=AuditOutcome.REFUSED).count() == 1
+    refused = AuditEntry.objects.get(action="bulk_approve", outcome=AuditOutcome.REFUSED)
+    assert (refused.detail_code, refused.detail) == (
+        "bulk_self_approval",
+        "the requester cannot approve their own bulk action",
+    )
     with pytest.raises(ActionDenied):
         bulk_operation_approve(actor=fresh(users["operator"]), operation_id=operation.pk)
     bulk_operation_approve(actor=fresh(users["supervisor2"]), operation_id=operation.pk)
