@@ -82,11 +82,46 @@ ACTIONS: dict[str, OperatorAction] = {
 }
 
 
+# Audited actions of bulk operations and of the console itself, by code.
+OTHER_ACTION_LABELS = {
+    "bulk_request": _("Request bulk action"),
+    "bulk_approve": _("Approve bulk action"),
+    "bulk_pause": _("Pause bulk action"),
+    "bulk_resume": _("Resume bulk action"),
+    "bulk_cancel": _("Cancel bulk action"),
+    "bulk_canary_stop": _("Bulk action stopped by its canary"),
+    "bulk_complete": _("Bulk action completed"),
+    "audit_purged": _("Audit entries purged"),
+}
+# A model page's write (a denial of it is audited as "<verb>_<model>", dlq.admin.common).
+MODEL_VERB_LABELS = {"add": _("Add %(model)s"), "change": _("Change %(model)s"), "delete": _("Delete %(model)s")}
+
+
 def action_label(code: str) -> str:
-    """An audited action's name in the reader's language (a dead-letter action's, a live control's); others keep
-    their code."""
+    """An audited action's name in the reader's language; a code this release does not know is shown as it is."""
     spec = ACTIONS.get(code)
-    return str(spec.label if spec else LIVE_ACTION_LABELS.get(code, code))
+    if spec is not None:
+        return str(spec.label)
+    label = LIVE_ACTION_LABELS.get(code) or OTHER_ACTION_LABELS.get(code)
+    if label is not None:
+        return str(label)
+    prefix, _sep, rest = code.partition("_")
+    if prefix == "bulk" and rest in ACTIONS:  # a denied bulk action, named by the dead-letter action it would take
+        return gettext("Bulk: %(action)s") % {"action": ACTIONS[rest].label}
+    if prefix in MODEL_VERB_LABELS and rest:
+        model = _model_verbose_name(rest)
+        if model:
+            return str(MODEL_VERB_LABELS[prefix]) % {"model": model}
+    return code
+
+
+def _model_verbose_name(model_name: str) -> str:
+    from django.apps import apps
+
+    for model in apps.get_models():
+        if model._meta.model_name == model_name:
+            return str(model._meta.verbose_name)
+    return ""
 
 
 class ActionRefused(ReliabilityError):

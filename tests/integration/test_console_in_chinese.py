@@ -390,3 +390,25 @@ def test_json_is_shown_indented_never_as_a_python_repr(client, seeded):
         assert "{&#x27;topic&#x27;" not in body and "{'topic'" not in body, url
         assert "&quot;topic&quot;: &quot;q3&quot;" in body, url
         assert "{\n  &quot;fail_b&quot;: &quot;permanent&quot;,\n  &quot;topic&quot;" in body, url
+
+
+@pytest.mark.parametrize(
+    ("code", "english", "chinese"),
+    [
+        ("bulk_request", "Request bulk action", "请求批量操作"),
+        ("bulk_complete", "Bulk action completed", "批量操作已完成"),
+        ("audit_purged", "Audit entries purged", "已清除审计记录"),
+        ("bulk_close", "Bulk: Close", "批量：关闭"),
+        ("delete_alertrule", "Delete alert rule", "删除"),
+    ],
+)
+def test_the_audit_logs_action_names_are_worded_in_the_readers_language(code, english, chinese):
+    from django.utils import translation
+
+    from dlq.actions import action_label
+
+    with translation.override("en"):
+        assert action_label(code) == english
+    with translation.override("zh-hans"):
+        assert action_label(code).startswith(chinese)
+        assert action_label("no_such_action") == "no_such_action"
