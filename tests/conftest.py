@@ -5,6 +5,20 @@ import pytest
 from tests.support import ManagedProcess, WorkerPool, manage, process_env
 
 
+@pytest.fixture(autouse=True, scope="session")
+def fast_password_hashing():
+    """Test users' passwords are hashed with few iterations (``tests.fast_passwords``); real ones never are."""
+    from django.test import override_settings
+
+    with override_settings(
+        PASSWORD_HASHERS=[
+            "tests.fast_passwords.FastPBKDF2PasswordHasher",
+            "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+        ]
+    ):
+        yield
+
+
 @pytest.fixture
 def clean_redis(redis_server):
     if not redis_server.ping():
