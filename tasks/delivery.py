@@ -218,8 +218,9 @@ def deliveries_lost(
     """Those of ``deliveries`` (task id, fencing token) that no job in Redis will run, in their order.
 
     None when Redis is unreachable. A job will run while RQ holds it waiting:
-    queued (and not stuck in the intermediate list of a dead worker, see
-    ``_LOST_JOBS``), scheduled or deferred. One whose hash is gone or
+    queued (and neither stuck in the intermediate list of a dead worker nor
+    popped by one that died before starting it, see ``_LOST_JOBS``),
+    scheduled or deferred. One whose hash is gone or
     incomplete (RQ's ``Job.fetch`` refuses a hash without its payload) or
     that started, finished, failed, stopped or was cancelled will not. One
     round trip for all the deliveries, answered by a script in Redis, on
@@ -237,6 +238,8 @@ def deliveries_lost(
             args=[
                 len(intermediate),
                 queue.job_class.redis_job_namespace_prefix,
+                queue.redis_queue_namespace_prefix,
+                POPPED_JOB_MARGIN_SECONDS,
                 JobStatus.QUEUED.value,
                 *(status.value for status in PENDING_STATUSES),
             ],
@@ -246,12 +249,18 @@ def deliveries_lost(
     return [deliveries[position - 1] for position in positions]
 
 
+# How much newer than a queued job the job at the head of its queue must be
+# before the job counts as popped by a worker that died (see _LOST_JOBS): RQ
+# stamps enqueued_at with the enqueuing host's clock, and hosts' clocks differ.
+POPPED_JOB_MARGIN_SECONDS = 60
+
 # KEYS[1..n]: the queues' intermediate lists; KEYS[n+1..]: job hashes. ARGV[1]:
-# n; ARGV[2]: the job key prefix; ARGV[3]: "queued"; ARGV[4..]: PENDING_STATUSES.
+# n; ARGV[2]: the job key prefix; ARGV[3]: the queue key prefix; ARGV[4]:
+# POPPED_JOB_MARGIN_SECONDS; ARGV[5]: "queued"; ARGV[6..]: PENDING_STATUSES.
 # Returns the positions (1 for KEYS[n+1]) of the jobs that will not run.
 #
-# A worker moves a job from the queue to the intermediate list as it
-# dequeues, and off it a moment later as it starts. One killed in between
+# A worker of one queue moves a job from the queue to the intermediate list as
+# it dequeues, and off it a moment later as it starts. One killed in between
 # leaves the job there with status "queued" and in no list a worker reads;
 # RQ's own clean-up fails it only after 10 minutes or more. The caller asks
 # once the task has waited its grace period, so such a job is lost: it is
@@ -259,25 +268,66 @@ def deliveries_lost(
 # reuses the job id) and delivered again. Should its worker only have been
 # paused, two deliveries meet one conditional claim. A script runs alone, so
 # no worker moves a job between the read of the list and the removal.
+#
+# A worker of several queues (critical default bulk) dequeues with BLPOP,
+# which has no intermediate list: one killed between the pop and the start,
+# or whose connection broke there (a Sentinel failover: the pop reached the
+# replica, the reply never reached the worker), leaves a "queued" job in no
+# list at all. Whether a job is in a list costs a scan of it, too much for
+# every job of a deep backlog; but a queue is first in, first out (the
+# engine never enqueues at the front), so a queued job older than the job at
+# the head of its queue has left it, and a queued job of an empty queue too.
+# The margin keeps a job of a host whose clock runs behind from counting as
+# lost; should one count anyway, its second delivery meets the same claim.
 _LOST_JOBS = """
 local lists = tonumber(ARGV[1])
+local margin = tonumber(ARGV[4])
 local pending = {}
-for i = 4, #ARGV do pending[ARGV[i]] = true end
+for i = 6, #ARGV do pending[ARGV[i]] = true end
 local taken = {}
 for l = 1, lists do
     for _, id in ipairs(redis.call('LRANGE', KEYS[l], 0, -1)) do taken[id] = KEYS[l] end
 end
 local any_taken = next(taken) ~= nil
+
+-- RQ's enqueued_at, "2026-12-01T23:22:45.481000Z", as seconds since 1970 (days from the civil date).
+local function seconds(stamp)
+    local y, m, d, hh, mm, ss = string.match(stamp or '', '^(%d+)-(%d+)-(%d+)T(%d+):(%d+):([%d%.]+)')
+    if not y then return nil end
+    y, m = tonumber(y), tonumber(m)
+    if m <= 2 then y = y - 1 end
+    local era = math.floor(y / 400)
+    local yoe = y - era * 400
+    local doy = math.floor((153 * ((m + 9) % 12) + 2) / 5) + tonumber(d) - 1
+    local days = era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy - 719468
+    return days * 86400 + tonumber(hh) * 3600 + tonumber(mm) * 60 + tonumber(ss)
+end
+
+-- The enqueued_at of the job at the head of each queue (false: the queue is empty), read once per queue.
+local heads = {}
+local function head_of(origin)
+    if heads[origin] == nil then
+        local id = redis.call('LINDEX', ARGV[3] .. origin, 0)
+        heads[origin] = id and (seconds(redis.call('HGET', ARGV[2] .. id, 'enqueued_at')) or -1) or false
+    end
+    return heads[origin]
+end
+
 local lost = {}
 for i = lists + 1, #KEYS do
-    local job = redis.call('HMGET', KEYS[i], 'status', 'data')
+    local job = redis.call('HMGET', KEYS[i], 'status', 'data', 'origin', 'enqueued_at')
     if not job[2] or not pending[job[1]] then
         lost[#lost + 1] = i - lists
-    elseif any_taken and job[1] == ARGV[3] then
+    elseif job[1] == ARGV[5] then
         local id = string.sub(KEYS[i], #ARGV[2] + 1)
-        if taken[id] then
+        if any_taken and taken[id] then
             redis.call('LREM', taken[id], 0, id)
             lost[#lost + 1] = i - lists
+        elseif job[3] then
+            local head, enqueued = head_of(job[3]), seconds(job[4])
+            if head == false or (enqueued and head - enqueued > margin) then
+                lost[#lost + 1] = i - lists
+            end
         end
     end
 end

@@ -250,6 +250,23 @@ def test_flushall_while_tasks_are_queued_loses_nothing(platform, start_workers, 
         assert effects(platform, done) == Counter({kind: 1 for kind in EFFECT_KINDS})
 
 
+def test_a_job_popped_by_a_worker_that_died_before_starting_it_still_runs(platform, start_workers, start_sweeper):
+    # A worker of several queues dequeues with BLPOP (no intermediate list); killed before it marks the job
+    # started, or cut off from a primary that died just then, it leaves a job that says "queued" and is in no
+    # queue. This test process is that worker: it pops the job and does nothing more.
+    connection = redis_client()
+    task = task_submit(pipeline="report", input={"user_id": "ida", "topic": "popped"})
+    keys = [f"rq:queue:{name}" for name in ("critical", "default", "bulk")]
+    _, popped = connection.blpop(keys, timeout=5)
+    assert popped.decode() == f"task-{task.pk}-d0"
+    assert connection.hget(f"rq:job:{popped.decode()}", "status") == b"queued"
+    pool = start_workers(2)
+    start_sweeper()
+    done = wait_terminal(task, timeout=60, pool=pool)
+    assert done.state == "succeeded", pool.logs()
+    assert effects(platform, done) == Counter({kind: 1 for kind in EFFECT_KINDS})
+
+
 def test_a_task_that_kills_its_worker_every_time_ends_as_crash_loop(start_workers, start_sweeper):
     pool = start_workers(2, replace_dead=True)
     start_sweeper()

@@ -58,6 +58,21 @@ def submit(count: int, offset: int) -> list[Task]:
     ]
 
 
+def unfinished(ids) -> str:
+    """What the database and Redis say of each task that did not finish: the first thing to read on a failure."""
+    connection = django_rq.get_connection("default")
+    lines = []
+    for task in Task.objects.filter(pk__in=ids).exclude(state__in=TERMINAL):
+        job = f"rq:job:task-{task.pk}-d{task.fencing_token}"
+        lines.append(
+            f"{task.pk} state={task.state} token={task.fencing_token} step={task.current_step} "
+            f"attempt={task.step_attempt} lease={task.lease_owner!r} until={task.lease_expires_at} "
+            f"updated={task.updated_at} retry_at={task.retry_at} hold={task.hold} "
+            f"job={connection.hgetall(job).get(b'status')!r}"
+        )
+    return "\n".join(lines)
+
+
 def test_tasks_finish_exactly_once_when_sentinel_promotes_a_replica_mid_run(
     platform, sentinel_redis, start_workers, start_sweeper
 ):
@@ -66,7 +81,7 @@ def test_tasks_finish_exactly_once_when_sentinel_promotes_a_replica_mid_run(
     # A worker whose Redis vanishes under it may exit (RQ quits on an error it did not expect); a supervisor
     # starts another, as in production.
     pool = start_workers(4, replace_dead=True, **env)
-    start_sweeper(**env)
+    sweeper = start_sweeper(**env)
     tasks = submit(TASKS_BEFORE, 0)
     ids = [task.pk for task in tasks]
 
@@ -88,6 +103,8 @@ def test_tasks_finish_exactly_once_when_sentinel_promotes_a_replica_mid_run(
         wait_for(all_terminal, timeout=180, message="every task to finish after the failover")
     except AssertionError:
         print(pool.logs())
+        print(f"--- sweeper\n{sweeper.tail(6000)}")
+        print("--- unfinished tasks\n" + unfinished(ids))
         raise
     finished = Task.objects.filter(pk__in=ids)
     assert Counter(task.state for task in finished) == Counter({"succeeded": len(ids)}), pool.logs()

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from rq.utils import utcformat, utcparse
 
 from tasks import delivery
 from tasks.leases import task_claim
@@ -34,6 +35,58 @@ def test_a_job_a_worker_took_but_never_started_is_delivered_again(queue):
     assert report.redelivered == 1
     assert queue.get_job_ids() == [job_id]
     assert queue.connection.lrange(queue.intermediate_queue_key, 0, -1) == []
+
+
+def pop_like_a_worker_of_every_queue(queue) -> str:
+    """What ``rqworker critical default bulk`` does first: BLPOP over its queues (RQ keeps no intermediate list)."""
+    keys = [delivery.get_queue(name).key for name in ("critical", "default", "bulk")]
+    _, job_id = queue.connection.blpop(keys, timeout=1)
+    return job_id.decode()
+
+
+def age_job(queue, job_id: str, seconds: float) -> None:
+    """Make ``job_id`` look enqueued ``seconds`` earlier (as if the queue had moved on since)."""
+    key = queue.job_class.key_for(job_id)
+    enqueued = utcparse(queue.connection.hget(key, "enqueued_at").decode()) - timedelta(seconds=seconds)
+    queue.connection.hset(key, "enqueued_at", utcformat(enqueued))
+
+
+def test_a_job_a_worker_of_several_queues_popped_but_never_started_is_delivered_again(queue):
+    task = task_submit(pipeline="t_local", input={})
+    job_id = delivery.job_id(task.pk, task.fencing_token)
+    # The worker is killed (or its Redis fails over) between the pop and the start: the job says "queued" and is
+    # in no list.
+    assert pop_like_a_worker_of_every_queue(queue) == job_id
+    assert queue.fetch_job(job_id).get_status() == "queued"
+
+    assert delivery.delivery_pending(task.pk, task.fencing_token) is False
+    assert sweep_once().redelivered == 1
+    assert queue.get_job_ids() == [job_id]
+    assert delivery.delivery_pending(task.pk, task.fencing_token) is True
+
+
+def test_a_popped_job_behind_a_busy_queue_is_lost_once_the_head_is_clearly_newer(queue):
+    popped = task_submit(pipeline="t_local", input={})
+    waiting = task_submit(pipeline="t_local", input={})
+    popped_job = pop_like_a_worker_of_every_queue(queue)
+    assert popped_job == delivery.job_id(popped.pk, popped.fencing_token)
+
+    # The next job in line was enqueued a moment later: it could be another host's clock, so not yet.
+    assert sweep_once().redelivered == 0
+    age_job(queue, popped_job, delivery.POPPED_JOB_MARGIN_SECONDS + 5)
+
+    assert sweep_once().redelivered == 1
+    assert queue.get_job_ids() == [delivery.job_id(waiting.pk, waiting.fencing_token), popped_job]
+
+
+def test_a_job_in_its_queue_behind_one_stamped_by_a_faster_clock_still_counts_as_waiting(queue):
+    first = task_submit(pipeline="t_local", input={})
+    second = task_submit(pipeline="t_local", input={})
+    # The second job's host runs half a minute behind the first's.
+    age_job(queue, delivery.job_id(second.pk, second.fencing_token), delivery.POPPED_JOB_MARGIN_SECONDS / 2)
+
+    assert sweep_once().redelivered == 0
+    assert queue.get_job_ids() == [delivery.job_id(task.pk, task.fencing_token) for task in (first, second)]
 
 
 def test_a_job_still_waiting_in_the_queue_is_not_delivered_twice(queue):
