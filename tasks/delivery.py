@@ -129,7 +129,7 @@ def _timestamp(value) -> datetime | None:
 def deliver_now(task_id, fencing_token: int, *, pipeline: str) -> bool:
     """Enqueue a run of ``task_id`` on its ``pipeline``'s queue; return False (and log) when Redis is unavailable."""
     return _enqueue(
-        task_id,
+        {"task_id": str(task_id)},
         pipeline,
         lambda queue: queue.enqueue_call(
             RUN_TASK_ENTRY_POINT, args=(str(task_id),), **_job_options(task_id, fencing_token)
@@ -171,7 +171,9 @@ def deliver_at(task_id, fencing_token: int, when: datetime, *, pipeline: str) ->
     options = _job_options(task_id, fencing_token)
     options["job_timeout"] = options.pop("timeout")
     return _enqueue(
-        task_id, pipeline, lambda queue: queue.enqueue_at(when, RUN_TASK_ENTRY_POINT, str(task_id), **options)
+        {"task_id": str(task_id)},
+        pipeline,
+        lambda queue: queue.enqueue_at(when, RUN_TASK_ENTRY_POINT, str(task_id), **options),
     )
 
 
@@ -184,12 +186,11 @@ def _job_options(task_id, fencing_token: int) -> dict:
     }
 
 
-def _enqueue(what, pipeline: str, enqueue) -> bool:
-    """Run ``enqueue`` on ``pipeline``'s queue; False (logged with ``what``: a task id, or fields) if Redis is down."""
+def _enqueue(fields: dict, pipeline: str, enqueue) -> bool:
+    """Run ``enqueue`` on ``pipeline``'s queue; False (logged with ``fields``) if Redis is down."""
     try:
         enqueue(get_queue(queue_for_pipeline(pipeline)))
     except RedisError as exc:
-        fields = what if isinstance(what, dict) else {"task_id": str(what)}
         logger.warning(
             "delivery postponed: Redis unavailable",
             extra={"event": "delivery_failed", **fields, "error": type(exc).__name__},
@@ -288,7 +289,6 @@ local taken = {}
 for l = 1, lists do
     for _, id in ipairs(redis.call('LRANGE', KEYS[l], 0, -1)) do taken[id] = KEYS[l] end
 end
-local any_taken = next(taken) ~= nil
 
 -- RQ's enqueued_at, "2026-12-01T23:22:45.481000Z", as seconds since 1970 (days from the civil date).
 local function seconds(stamp)
@@ -320,7 +320,7 @@ for i = lists + 1, #KEYS do
         lost[#lost + 1] = i - lists
     elseif job[1] == ARGV[5] then
         local id = string.sub(KEYS[i], #ARGV[2] + 1)
-        if any_taken and taken[id] then
+        if taken[id] then
             redis.call('LREM', taken[id], 0, id)
             lost[#lost + 1] = i - lists
         elseif job[3] then

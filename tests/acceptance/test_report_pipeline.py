@@ -10,8 +10,9 @@ import pytest
 from rq import Worker
 
 from dlq.models import DLQItem, DLQStatus
-from tasks.delivery import redis_client
+from tasks.delivery import get_queue, job_id, redis_client
 from tasks.models import AttemptKind, AttemptOutcome, StepAttempt, Task
+from tasks.queues import queue_names
 from tasks.services import task_submit
 from tests.support import pid_of_owner, wait_for
 
@@ -254,12 +255,12 @@ def test_a_job_popped_by_a_worker_that_died_before_starting_it_still_runs(platfo
     # A worker of several queues dequeues with BLPOP (no intermediate list); killed before it marks the job
     # started, or cut off from a primary that died just then, it leaves a job that says "queued" and is in no
     # queue. This test process is that worker: it pops the job and does nothing more.
-    connection = redis_client()
     task = task_submit(pipeline="report", input={"user_id": "ida", "topic": "popped"})
-    keys = [f"rq:queue:{name}" for name in ("critical", "default", "bulk")]
-    _, popped = connection.blpop(keys, timeout=5)
-    assert popped.decode() == f"task-{task.pk}-d0"
-    assert connection.hget(f"rq:job:{popped.decode()}", "status") == b"queued"
+    queues = [get_queue(name) for name in queue_names()]
+    connection = redis_client()
+    _, popped = connection.blpop([queue.key for queue in queues], timeout=5)
+    assert popped.decode() == job_id(task.pk, 0)
+    assert connection.hget(queues[0].job_class.key_for(popped.decode()), "status") == b"queued"
     pool = start_workers(2)
     start_sweeper()
     done = wait_terminal(task, timeout=60, pool=pool)

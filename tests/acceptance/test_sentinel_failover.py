@@ -19,6 +19,7 @@ from rq import Worker
 
 from chaos.topology import SentinelRedis
 from reliability_console.config import redis_connection_config
+from tasks.delivery import get_queue, job_id
 from tasks.models import Task
 from tasks.services import task_submit
 from tests.support import LOG_DIR, wait_for
@@ -60,15 +61,15 @@ def submit(count: int, offset: int) -> list[Task]:
 
 def unfinished(ids) -> str:
     """What the database and Redis say of each task that did not finish: the first thing to read on a failure."""
-    connection = django_rq.get_connection("default")
+    queue = get_queue()
     lines = []
     for task in Task.objects.filter(pk__in=ids).exclude(state__in=TERMINAL):
-        job = f"rq:job:task-{task.pk}-d{task.fencing_token}"
+        job = queue.job_class.key_for(job_id(task.pk, task.fencing_token))
         lines.append(
             f"{task.pk} state={task.state} token={task.fencing_token} step={task.current_step} "
             f"attempt={task.step_attempt} lease={task.lease_owner!r} until={task.lease_expires_at} "
             f"updated={task.updated_at} retry_at={task.retry_at} hold={task.hold} "
-            f"job={connection.hgetall(job).get(b'status')!r}"
+            f"job={queue.connection.hget(job, 'status')!r}"
         )
     return "\n".join(lines)
 

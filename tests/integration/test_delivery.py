@@ -11,6 +11,7 @@ from rq.utils import utcformat, utcparse
 from tasks import delivery
 from tasks.leases import task_claim
 from tasks.models import Task
+from tasks.queues import queue_names
 from tasks.services import task_submit
 from tasks.sweeper import sweep_once
 
@@ -39,7 +40,7 @@ def test_a_job_a_worker_took_but_never_started_is_delivered_again(queue):
 
 def pop_like_a_worker_of_every_queue(queue) -> str:
     """What ``rqworker critical default bulk`` does first: BLPOP over its queues (RQ keeps no intermediate list)."""
-    keys = [delivery.get_queue(name).key for name in ("critical", "default", "bulk")]
+    keys = [delivery.get_queue(name).key for name in queue_names()]
     _, job_id = queue.connection.blpop(keys, timeout=1)
     return job_id.decode()
 
