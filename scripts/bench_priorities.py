@@ -187,6 +187,8 @@ def child(tasks: int, critical: int, workers: int, log_path: Path) -> dict:
 
     backlog_create(count=tasks, pipeline=BULK_PIPELINE, age=timedelta(0))
     bulk_queue = get_queue("bulk")
+    # The log is appended to by every run: this run's dequeues start here.
+    log_start = log_path.stat().st_size if log_path.exists() else 0
     pool = ManagedProcesses(WORKER_ARGV, workers, dict(os.environ), log_path)
     rng = random.Random(14)
     waits, accepted, submissions, depths, windows = [], [], [], [], []
@@ -222,8 +224,7 @@ def child(tasks: int, critical: int, workers: int, log_path: Path) -> dict:
         "submissions": submissions,
         "bulk_depths": depths,
         "bulk_run_seconds": _bulk_run_seconds(StepAttempt),
-        "bulk_taken_while_waiting": _taken_while_waiting(windows, log_path),
-        "critical_accepted": [(task_id, accepted_at.isoformat()) for accepted_at, task_id in windows],
+        "bulk_taken_while_waiting": _taken_while_waiting(windows, log_path, log_start),
     }
 
 
@@ -235,11 +236,14 @@ _DEQUEUED = re.compile(
 )
 
 
-def _taken_while_waiting(windows: list[tuple[datetime, str]], log_path: Path) -> list[list[float]]:
+def _taken_while_waiting(windows: list[tuple[datetime, str]], log_path: Path, log_start: int) -> list[list[float]]:
     """For each (acceptance, critical task id): when (ms after the acceptance) the workers dequeued a bulk job
     after it and before that task."""
     bulk, critical = [], {}
-    for line in log_path.read_text(errors="replace").splitlines():
+    with open(log_path, "rb") as log:
+        log.seek(log_start)
+        lines = log.read().decode(errors="replace").splitlines()
+    for line in lines:
         if match := _DEQUEUED.match(line):
             # The log's times are local and to the millisecond.
             at = datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f").astimezone()
@@ -250,15 +254,14 @@ def _taken_while_waiting(windows: list[tuple[datetime, str]], log_path: Path) ->
     missing = [task_id for _, task_id in windows if task_id not in critical]
     if missing:
         raise BenchError(f"the workers' log does not show critical task {missing[0]} dequeued")
-    # A job logged in the acceptance's own millisecond may have been taken before it: not counted.
-    return [
-        [
-            round((at - accepted_at).total_seconds() * 1000, 1)
-            for at in bulk
-            if accepted_at.replace(microsecond=accepted_at.microsecond // 1000 * 1000) < at < critical[task_id]
-        ]
-        for accepted_at, task_id in windows
-    ]
+    taken = []
+    for accepted_at, task_id in windows:
+        # A job logged in the acceptance's own millisecond may have been taken before it: not counted.
+        after = accepted_at.replace(microsecond=accepted_at.microsecond // 1000 * 1000)
+        taken.append(
+            [round((at - accepted_at).total_seconds() * 1000, 1) for at in bulk if after < at < critical[task_id]]
+        )
+    return taken
 
 
 def _bulk_run_seconds(step_attempts) -> float:
