@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator
 
 from chaos.record import (
     CANCEL_ACCEPTED_STATUSES,
@@ -57,6 +58,14 @@ def _steps(run: RecordedRun, task: dict) -> list[dict]:
         a for a in run.attempts.get(task["id"], []) if a["kind"] == "step" and a["generation"] == task["generation"]
     ]
     return sorted(attempts, key=lambda a: (a["started_at"] is None, _start(a) or 0.0))
+
+
+def _started(run: RecordedRun, pipeline: str) -> Iterator[tuple[dict, dict, list[dict]]]:
+    """(task, step attempt, the task's steps) of every step attempt of ``pipeline`` with a recorded start."""
+    for task in run.tasks.values():
+        if task["pipeline"] == pipeline:
+            steps = _steps(run, task)
+            yield from ((task, attempt, steps) for attempt in steps if attempt["started_at"] is not None)
 
 
 def _gate_read_by(attempt: dict, steps: list[dict]) -> tuple[float, str]:
@@ -195,9 +204,8 @@ def _cancel_answers(run: RecordedRun) -> tuple[int, list[str]]:
                 violations.append(f"{where}: refused (409) as {request['state']}, but the task ended {task['state']}")
         else:
             violations.append(f"{where}: answered {status}")
-    asked = {request["task_id"] for request in cancels}
     for task in run.tasks.values():
-        if task["cancel_requested_at"] is not None and task["id"] not in asked:
+        if task["cancel_requested_at"] is not None and task["id"] not in run.cancels:
             violations.append(f"task {task['id']}: cancelled at {task['cancel_requested_at']}, by no recorded request")
     return len(cancels), violations
 
@@ -248,36 +256,19 @@ def pause_windows(record: dict) -> list[tuple[str, float, float]]:
 def _nothing_started_while_paused(run: RecordedRun) -> tuple[int, list[str]]:
     violations, checked = [], 0
     for pipeline, since, until in pause_windows(run.record):
-        for task in (t for t in run.tasks.values() if t["pipeline"] == pipeline):
-            steps = _steps(run, task)
-            for attempt in steps:
-                start = _start(attempt)
-                if start is None:
-                    continue
-                checked += 1
-                if not since < start < until:
-                    continue
-                read_by, gate = _gate_read_by(attempt, steps)
-                if read_by > since:
-                    violations.append(
-                        f"task {task['id']}: {_where(attempt)} while {pipeline} was paused, let through by {gate}"
-                    )
+        for task, attempt, steps in _started(run, pipeline):
+            checked += 1
+            if not since < _start(attempt) < until:
+                continue
+            read_by, gate = _gate_read_by(attempt, steps)
+            if read_by > since:
+                violations.append(
+                    f"task {task['id']}: {_where(attempt)} while {pipeline} was paused, let through by {gate}"
+                )
     return checked, violations
 
 
 # --- limits ---------------------------------------------------------------------------------------------------------
-
-
-def _limited_starts(run: RecordedRun, pipeline: str) -> list[tuple[dict, dict]]:
-    """(task, step attempt) of ``pipeline`` with a recorded start, by start time."""
-    starts = [
-        (task, attempt)
-        for task in run.tasks.values()
-        if task["pipeline"] == pipeline
-        for attempt in _steps(run, task)
-        if attempt["started_at"] is not None
-    ]
-    return sorted(starts, key=lambda pair: _start(pair[1]))
 
 
 @_invariant(
@@ -290,7 +281,10 @@ def _concurrency_within_limit(run: RecordedRun) -> tuple[int, list[str]]:
         limit = policy["max_concurrency"]
         if limit is None:
             continue
-        placed = [(task, a) for task, a in _limited_starts(run, pipeline) if a["finished_at"] is not None]
+        placed = sorted(
+            ((task, a) for task, a, _ in _started(run, pipeline) if a["finished_at"] is not None),
+            key=lambda pair: _start(pair[1]),
+        )
         checked += len(placed)
         # An attempt that ends when another starts did not overlap it: ends sort first.
         events = sorted(
@@ -335,11 +329,10 @@ def _rate_within_limit(run: RecordedRun) -> tuple[int, list[str]]:
         if rate is None:
             continue
         count, window = rate["count"], float(rate["window_seconds"])
-        starts = []
-        for task in (t for t in run.tasks.values() if t["pipeline"] == pipeline):
-            steps = _steps(run, task)
-            starts += [(_start(a), _gate_read_by(a, steps)[0], a) for a in steps if a["started_at"] is not None]
-        starts.sort(key=lambda start: start[0])
+        starts = sorted(
+            ((_start(a), _gate_read_by(a, steps)[0], a) for _, a, steps in _started(run, pipeline)),
+            key=lambda start: start[0],
+        )
         checked += len(starts)
         burst_until, first = -math.inf, 0
         for index, (end, _, last) in enumerate(starts):

@@ -12,6 +12,7 @@ Loaded by every process of the campaign's deployment (``RELIABILITY_PIPELINE_MOD
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from chaos.workload import LIMITED_PIPELINE
@@ -32,32 +33,18 @@ def charge_quota_then_wait(ctx) -> dict:
 
 
 def _limited_report() -> Pipeline:
-    report = demo.report
-    pipeline = Pipeline(
-        LIMITED_PIPELINE,
-        retry=report.retry,
-        failure_policy=report.failure_policy,
-        default_step_timeout=report.default_step_timeout,
-        validate_input=report.validate_input,
-        on_failure=report.on_failure,
-        on_failure_timeout=report.on_failure_timeout,
-        max_concurrency=MAX_CONCURRENCY,
-        rate_limit=RATE_LIMIT,
-    )
-    for step in report.steps:
-        # The same names, so the same idempotency keys' shape (rc-<task>-g<generation>-<step>-<effect>).
-        pipeline.step(
-            charge_quota_then_wait if step.name == demo.charge_quota.name else step.function,
-            name=step.name,
-            timeout=step.timeout,
-            retry=step.retry,
-            compensate=step.compensate,
-            compensation_timeout=step.compensation_timeout,
-            compensation_retry=step.compensation_retry,
-            transactional=step.transactional,
-            effects=step.effects,
+    # A copy of every setting of the report pipeline (so one added there comes along), with the limits and
+    # the waiting charge. The same step names give the same idempotency keys' shape
+    # (rc-<task>-g<generation>-<step>-<effect>).
+    steps = [
+        dataclasses.replace(
+            step, function=charge_quota_then_wait if step.name == demo.charge_quota.name else step.function
         )
-    return pipeline
+        for step in demo.report.steps
+    ]
+    return dataclasses.replace(
+        demo.report, name=LIMITED_PIPELINE, steps=steps, max_concurrency=MAX_CONCURRENCY, rate_limit=RATE_LIMIT
+    )
 
 
 report_limited = _limited_report()

@@ -246,7 +246,7 @@ class WorkerPool:
 
     def listening(self) -> bool:
         """Whether a live worker has started taking jobs (RQ logs it once, when its loop starts)."""
-        return any(LISTENING in worker.tail(None) for worker in self.live())
+        return any(LISTENING in worker.output() for worker in self.live())
 
     def by_pid(self, pid: int) -> Child | None:
         with self._lock:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 import requests
 
-from chaos.record import TERMINAL_STATES
+from chaos.record import ACCEPTED_STATUSES, CANCEL_ACCEPTED_STATUSES, TERMINAL_STATES
 
 # Shares of the plan (each drawn per task from the seed).
 KEYLESS_SHARE = 0.15
@@ -155,23 +155,20 @@ class Submitter:
     def _send(self, task: PlannedTask, client: int) -> None:
         headers = {"Idempotency-Key": task.idempotency_key} if task.idempotency_key else {}
         sends = MAX_SENDS if task.idempotency_key else 1
-        status, task_id, replayed, error = 0, None, False, ""
-        for send in range(sends):
-            try:
-                response = self._session().post(self.url, json=task.body(), headers=headers, timeout=CLIENT_TIMEOUT)
-            except requests.RequestException as exc:
-                status, error = 0, type(exc).__name__
-            else:
-                status, error = response.status_code, ""
-                if status in (200, 201):
-                    task_id = response.json()["id"]
-                    replayed = response.headers.get("Idempotent-Replayed") == "true"
-                    break
-                if status < 500 and status != 409:
-                    error = response.text[:200]
-                    break
-                error = response.text[:200]
-            time.sleep(min(0.2 * 2**send, 2.0))  # back off before the same request goes again
+        task_id, replayed = None, False
+        # A 409 (the first request with this key still running) and a 5xx go again, with the same key.
+        response, status, error = _post_until(
+            self._session(),
+            self.url,
+            sends=sends,
+            accepted=ACCEPTED_STATUSES,
+            resend=lambda status: status >= 500 or status == 409,
+            json=task.body(),
+            headers=headers,
+        )
+        if status in ACCEPTED_STATUSES:
+            task_id = response.json()["id"]
+            replayed = response.headers.get("Idempotent-Replayed") == "true"
         with self._lock:
             self.records.append(
                 {
@@ -187,6 +184,31 @@ class Submitter:
         # The first client of a task cancels it (the others of a duplicate submission only submit).
         if task_id is not None and task.cancel is not None and client == 0 and self.canceller is not None:
             self.canceller.schedule(task, task_id)
+
+
+def _post_until(
+    session: requests.Session, url: str, *, sends: int, accepted, resend, **kwargs
+) -> tuple[requests.Response | None, int, str]:
+    """POST up to ``sends`` times until an ``accepted`` status or one ``resend`` refuses (a lost answer is status 0).
+
+    Returns the last response (None if it was lost), its status and, unless accepted, its error (the exception's
+    name or the body's first 200 characters). Each send that does not end it is followed by a back-off.
+    """
+    response, status, error = None, 0, ""
+    for send in range(sends):
+        try:
+            response = session.post(url, timeout=CLIENT_TIMEOUT, **kwargs)
+        except requests.RequestException as exc:
+            response, status, error = None, 0, type(exc).__name__
+        else:
+            status = response.status_code
+            if status in accepted:
+                return response, status, ""
+            error = response.text[:200]
+            if not resend(status):
+                return response, status, error
+        time.sleep(min(0.2 * 2**send, 2.0))  # back off before the same request goes again
+    return response, status, error
 
 
 def _thread_session(local: threading.local, token: str) -> requests.Session:
@@ -258,28 +280,21 @@ class Canceller:
     def _send(self, task: PlannedTask, task_id: str, *, repeat: bool) -> None:
         assert task.cancel is not None
         sent_at = datetime.now(UTC).isoformat()
-        status, state, requested_at, error = 0, None, None, ""
-        for send in range(MAX_SENDS):
-            try:
-                response = _thread_session(self._local, self.token).post(
-                    self.url + task_id + "/cancel",
-                    json={"reason": f"chaos: {task.cancel.mode}"},
-                    timeout=CLIENT_TIMEOUT,
-                )
-            except requests.RequestException as exc:
-                status, error = 0, type(exc).__name__
-            else:
-                status, error = response.status_code, ""
-                if status in (200, 202):
-                    body = response.json()
-                    state, requested_at = body["state"], (body["cancel"] or {}).get("requested_at")
-                    break
-                error = response.text[:200]
-                if status < 500:
-                    if status == 409:
-                        state = ((response.json().get("error") or {}).get("details") or {}).get("state")
-                    break
-            time.sleep(min(0.2 * 2**send, 2.0))  # cancelling again is the same cancel: safe to resend
+        state, requested_at = None, None
+        # Cancelling again is the same cancel: safe to resend after a 5xx or a lost answer.
+        response, status, error = _post_until(
+            _thread_session(self._local, self.token),
+            self.url + task_id + "/cancel",
+            sends=MAX_SENDS,
+            accepted=CANCEL_ACCEPTED_STATUSES,
+            resend=lambda status: status >= 500,
+            json={"reason": f"chaos: {task.cancel.mode}"},
+        )
+        if status in CANCEL_ACCEPTED_STATUSES:
+            body = response.json()
+            state, requested_at = body["state"], (body["cancel"] or {}).get("requested_at")
+        elif status == 409:
+            state = ((response.json().get("error") or {}).get("details") or {}).get("state")
         with self._lock:
             self.records.append(
                 {
