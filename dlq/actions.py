@@ -9,13 +9,14 @@ twice. Refusals and permission denials are audited too.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from django.db import transaction
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from dlq.audit import REASON_MAX_LENGTH, audit_denied, audit_record
+from dlq.audit import AUDIT_PURGE_ACTION, REASON_MAX_LENGTH, audit_denied, audit_record
 from dlq.audit_details import (
     ITEM_GONE,
     ITEM_RESOLVED,
@@ -91,7 +92,7 @@ OTHER_ACTION_LABELS = {
     "bulk_cancel": _("Cancel bulk action"),
     "bulk_canary_stop": _("Bulk action stopped by its canary"),
     "bulk_complete": _("Bulk action completed"),
-    "audit_purged": _("Audit entries purged"),
+    AUDIT_PURGE_ACTION: _("Audit entries purged"),
 }
 # A model page's write (a denial of it is audited as "<verb>_<model>", dlq.admin.common).
 MODEL_VERB_LABELS = {"add": _("Add %(model)s"), "change": _("Change %(model)s"), "delete": _("Delete %(model)s")}
@@ -116,12 +117,19 @@ def action_label(code: str) -> str:
 
 
 def _model_verbose_name(model_name: str) -> str:
+    model = _models_by_name().get(model_name)
+    return str(model._meta.verbose_name) if model else ""
+
+
+@functools.cache
+def _models_by_name() -> dict:
+    """The installed models by model name (the first of a name, as apps lists them): read once, after start-up."""
     from django.apps import apps
 
+    found: dict = {}
     for model in apps.get_models():
-        if model._meta.model_name == model_name:
-            return str(model._meta.verbose_name)
-    return ""
+        found.setdefault(model._meta.model_name, model)
+    return found
 
 
 class ActionRefused(ReliabilityError):

@@ -192,6 +192,7 @@ def bulk_operation_approve(*, actor, operation_id: int, client_ip: str | None = 
     if requested is None:
         raise BulkRefused(gettext("no such bulk action"))
     if requested.requested_by == username:
+        refusal = AuditDetail(BULK_SELF_APPROVAL)
         _audit(
             requested,
             username,
@@ -201,9 +202,9 @@ def bulk_operation_approve(*, actor, operation_id: int, client_ip: str | None = 
             "",
             client_ip,
             refused=True,
-            detail=AuditDetail(BULK_SELF_APPROVAL),
+            detail=refusal,
         )
-        raise BulkRefused(gettext("the requester cannot approve their own bulk action"))
+        raise BulkRefused(refusal.sentence())
     with transaction.atomic():
         operation = BulkOperation.objects.select_for_update().filter(pk=operation_id).first()
         if operation is None:

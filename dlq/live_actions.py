@@ -34,7 +34,7 @@ from dlq.models import AuditOutcome
 from tasks.cancellation import CancelResult, task_cancel
 from tasks.exceptions import ConfigurationError, PipelineControlRefused, TaskNotActionable, TaskNotCancellable
 from tasks.limits_policy import MAX_LIMIT, RateLimit, concurrency_check
-from tasks.models import CANCELLABLE_STATES, PipelineControl, Task, TaskState
+from tasks.models import CANCELLABLE_STATES, PipelineControl, Task
 from tasks.pipeline_controls import (
     UNCHANGED,
     PipelineState,
@@ -93,10 +93,9 @@ def task_cancel_by_operator(*, task_id, actor, reason: str, client_ip: str | Non
     try:
         result = task_cancel(task_id=task_id, actor=operator_actor(actor), reason=reason, client_ip=client_ip)
     except TaskNotCancellable as exc:
-        _refused(name, reason, refusal_detail(exc), state=exc.state, **target)
-        raise ActionRefused(
-            gettext("the task is %(state)s: there is nothing left to cancel") % {"state": _state_label(exc.state)}
-        ) from None
+        detail = refusal_detail(exc)
+        _refused(name, reason, detail, state=exc.state, **target)
+        raise ActionRefused(detail.sentence()) from None
     except TaskNotActionable as exc:
         _refused(name, reason, refusal_detail(exc), **target)
         raise ActionRefused(gettext("this task no longer exists")) from None
@@ -124,10 +123,6 @@ def _refused(actor: str, reason: str, detail: AuditDetail, *, state: str = "", *
         state_after=state,
         **target,
     )
-
-
-def _state_label(state: str) -> str:
-    return str(TaskState(state).label) if state in TaskState.values else state
 
 
 # --- pipelines ---------------------------------------------------------------------------

@@ -19,6 +19,16 @@ def fast_password_hashing():
         yield
 
 
+@pytest.fixture(autouse=True)
+def _language_reset():
+    """A request in Chinese leaves Chinese active in its thread (LocaleMiddleware does not reset it afterwards):
+    the next test's messages would be worded in it."""
+    yield
+    from django.utils import translation
+
+    translation.deactivate()
+
+
 @pytest.fixture
 def clean_redis(redis_server):
     if not redis_server.ping():

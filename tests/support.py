@@ -137,6 +137,26 @@ def _dead_letters(count: int, pipeline: str, input_: dict) -> list:
     return items
 
 
+def aged_audit_entry(*, age, actor: str = "operator1", **fields):
+    """An audit entry (a close of DLQ item 7 unless ``fields`` say otherwise) made ``age`` (a timedelta) ago."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from dlq.audit import audit_record
+    from dlq.models import AuditOutcome
+
+    made = audit_record(
+        actor=actor,
+        **{"action": "close", "target_type": "dlqitem", "target_id": "7", "outcome": AuditOutcome.SUCCEEDED, **fields},
+    )
+    # Ageing an entry is itself an UPDATE the trigger refuses: only the test's own transaction may, with the
+    # trigger switched off for it (the owner's privilege, as a restore would).
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL session_replication_role = replica")
+        cursor.execute("UPDATE dlq_auditentry SET created_at = %s WHERE id = %s", [timezone.now() - age, made.pk])
+    return made
+
+
 def planner_statistics_of_a_live_table(tasks: int = 2000) -> None:
     """Give PostgreSQL's planner the table shape production has before a test EXPLAINs a query.
 

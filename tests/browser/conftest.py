@@ -18,6 +18,8 @@ SCREENSHOTS = ROOT / "var" / "screenshots"
 DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"
 # The tallest page a README screenshot shows whole (the dashboard's charts are below the fold).
 MAX_SCREENSHOT_HEIGHT = 4200
+# Every browser's window, and what a full-page README screenshot goes back to.
+WINDOW_SIZE = (1400, 1000)
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
@@ -52,7 +54,7 @@ def browser_factory():
             "--disable-background-networking",
             "--disable-component-update",
             "--disable-sync",
-            "--window-size=1400,1000",
+            "--window-size={},{}".format(*WINDOW_SIZE),
             f"--user-data-dir={profile}",
             f"--lang={language}",
         ):
@@ -69,9 +71,9 @@ def browser_factory():
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def screenshot(driver, name: str) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
+def screenshot(driver, name: str, folder: Path = SCREENSHOTS) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
     driver.save_screenshot(str(path))
     return path
 
@@ -81,10 +83,8 @@ def docs_screenshot(driver, name: str) -> Path:
     width = driver.execute_script("return window.outerWidth")
     height = driver.execute_script("return document.documentElement.scrollHeight")
     driver.set_window_size(width, min(height + 140, MAX_SCREENSHOT_HEIGHT))
-    DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = DOCS_SCREENSHOTS / f"{name}.png"
-    driver.save_screenshot(str(path))
-    driver.set_window_size(1400, 1000)
+    path = screenshot(driver, name, DOCS_SCREENSHOTS)
+    driver.set_window_size(*WINDOW_SIZE)
     return path
 
 

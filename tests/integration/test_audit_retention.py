@@ -8,34 +8,21 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
-from django.utils import timezone
 
-from dlq.audit import AUDIT_PURGE_ACTION, AUDIT_PURGE_KIND, audit_entries_purge, audit_entries_purge_due, audit_record
-from dlq.models import AuditEntry, AuditOutcome
+from dlq.audit import AUDIT_PURGE_ACTION, AUDIT_PURGE_KIND, audit_entries_purge, audit_entries_purge_due
+from dlq.models import AuditEntry
 from tasks import sweeper
 from tasks.models import RetentionPurge
-from tests.support import manage, process_env
+from tests.support import aged_audit_entry, manage, process_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 RETENTION = timedelta(days=90)
 
 
-def entry(*, age: timedelta, actor: str = "operator1") -> AuditEntry:
-    made = audit_record(
-        actor=actor, action="close", target_type="dlqitem", target_id="7", outcome=AuditOutcome.SUCCEEDED
-    )
-    # Ageing an entry is itself an UPDATE the trigger refuses: only the test's own transaction may, with the
-    # trigger switched off for it (the owner's privilege, as a restore would).
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL session_replication_role = replica")
-        cursor.execute("UPDATE dlq_auditentry SET created_at = %s WHERE id = %s", [timezone.now() - age, made.pk])
-    return made
-
-
 def test_old_entries_go_and_the_purge_writes_its_own_entry():
-    old = [entry(age=timedelta(days=100)) for _ in range(3)]
-    recent = entry(age=timedelta(days=80))
+    old = [aged_audit_entry(age=timedelta(days=100)) for _ in range(3)]
+    recent = aged_audit_entry(age=timedelta(days=80))
 
     report = audit_entries_purge(older_than=RETENTION, batch_size=2)
 
@@ -61,7 +48,7 @@ def test_old_entries_go_and_the_purge_writes_its_own_entry():
 
 
 def test_a_dry_run_counts_and_changes_nothing():
-    entry(age=timedelta(days=100)), entry(age=timedelta(days=1))
+    aged_audit_entry(age=timedelta(days=100)), aged_audit_entry(age=timedelta(days=1))
     report = audit_entries_purge(older_than=RETENTION, dry_run=True)
     assert report.entries == 1
     assert AuditEntry.objects.count() == 2 and not AuditEntry.objects.filter(action=AUDIT_PURGE_ACTION).exists()
@@ -82,7 +69,7 @@ def test_a_dry_run_counts_and_changes_nothing():
     ids=["delete", "update", "delete-newer-than-the-cutoff", "update-while-purging"],
 )
 def test_any_other_change_of_the_audit_log_is_still_rejected(statement):
-    kept = entry(age=timedelta(hours=1))
+    kept = aged_audit_entry(age=timedelta(hours=1))
     with pytest.raises(DatabaseError, match="append-only"):
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(statement)
@@ -90,9 +77,9 @@ def test_any_other_change_of_the_audit_log_is_still_rejected(statement):
 
 
 def test_the_purge_permission_ends_with_its_transaction():
-    old = entry(age=timedelta(days=100))
+    old = aged_audit_entry(age=timedelta(days=100))
     audit_entries_purge(older_than=RETENTION, dry_run=False, batch_size=1, max_seconds=0)
-    survivor = entry(age=timedelta(days=100))
+    survivor = aged_audit_entry(age=timedelta(days=100))
     assert not AuditEntry.objects.filter(pk=old.pk).exists()
     # Same connection, next transaction: the setting is gone, a plain DELETE is refused again.
     with pytest.raises(DatabaseError, match="append-only"):
@@ -104,7 +91,7 @@ def test_the_sweeper_keeps_audit_entries_forever_unless_a_retention_is_set(setti
     chore = sweeper._CHORES["audit_entries_purged"]
     assert chore.run is audit_entries_purge_due
     assert chore.interval == settings.RELIABILITY_PURGE_INTERVAL_SECONDS
-    old = entry(age=timedelta(days=400))
+    old = aged_audit_entry(age=timedelta(days=400))
     assert settings.RELIABILITY_AUDIT_RETENTION_DAYS == 0
     assert audit_entries_purge_due() == 0 and AuditEntry.objects.filter(pk=old.pk).exists()
     settings.RELIABILITY_AUDIT_RETENTION_DAYS = 365
@@ -112,7 +99,7 @@ def test_the_sweeper_keeps_audit_entries_forever_unless_a_retention_is_set(setti
 
 
 def test_the_command_purges_and_reports(capsys):
-    entry(age=timedelta(days=100))
+    aged_audit_entry(age=timedelta(days=100))
     call_command("purge_audit_log", "--older-than", "90")
     assert "deleted 1 audit entries" in capsys.readouterr().out
 

@@ -19,13 +19,12 @@ from html.parser import HTMLParser
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
 from django.utils import timezone, translation
 
-from dlq.actions import ActionRefused, dlq_item_act
+from dlq.actions import ActionRefused, action_label, dlq_item_act
 from dlq.alerting.models import AlertChannel, AlertEvent, AlertKind, AlertRule
 from dlq.alerting.rules import alerts_evaluate
-from dlq.audit import audit_entries_purge, audit_record
+from dlq.audit import audit_entries_purge
 from dlq.bulk import bulk_operation_request
 from dlq.models import AuditEntry, AuditOutcome, BulkOperation, DLQItem
 from tasks import registry
@@ -36,6 +35,7 @@ from tasks.models import ApiClient, Task
 from tasks.pipeline_controls import pipeline_limits_set, pipeline_pause
 from tasks.runner import task_run
 from tasks.services import task_submit
+from tests.support import aged_audit_entry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -172,12 +172,7 @@ def seeded(clean_redis):
             item_id=DLQItem.objects.get(task=engine_refused).pk, action="retry", actor=root, reason="upstream fixed"
         )
     # The retention purge of an old entry writes an entry of its own.
-    aged = audit_record(actor="root", action="close", target_type="dlq_item", target_id="0", outcome="succeeded")
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL session_replication_role = replica")  # ageing an entry: the trigger refuses it
-        cursor.execute(
-            "UPDATE dlq_auditentry SET created_at = %s WHERE id = %s", [timezone.now() - timedelta(days=100), aged.pk]
-        )
+    aged_audit_entry(age=timedelta(days=100), actor="root", target_type="dlq_item", target_id="0")
     audit_entries_purge(older_than=timedelta(days=90))
     return {
         "cancelled": cancelled,
@@ -403,10 +398,6 @@ def test_json_is_shown_indented_never_as_a_python_repr(client, seeded):
     ],
 )
 def test_the_audit_logs_action_names_are_worded_in_the_readers_language(code, english, chinese):
-    from django.utils import translation
-
-    from dlq.actions import action_label
-
     with translation.override("en"):
         assert action_label(code) == english
     with translation.override("zh-hans"):

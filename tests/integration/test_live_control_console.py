@@ -13,7 +13,6 @@ import re
 import pytest
 from django.db import transaction
 from django.urls import reverse
-from django.utils import translation
 from prometheus_client.parser import text_string_to_metric_families
 
 from dlq.models import AuditEntry, AuditOutcome
@@ -31,9 +30,7 @@ PIPELINES_URL = "/admin/pipelines/"
 
 @pytest.fixture(autouse=True)
 def _redis(clean_redis):
-    yield clean_redis
-    # A request in Chinese leaves Chinese active in this thread (LocaleMiddleware does not reset it afterwards).
-    translation.deactivate()
+    return clean_redis
 
 
 def cancel_url(task) -> str:

@@ -44,10 +44,6 @@ ALLOWED = {
 @pytest.fixture(autouse=True)
 def _setup(clean_redis):
     roles_setup()
-    yield
-    # A request in Chinese leaves Chinese active in this thread (LocaleMiddleware does not reset it afterwards):
-    # the next test's refusals would be worded in it.
-    translation.deactivate()
 
 
 @pytest.fixture
