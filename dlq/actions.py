@@ -26,6 +26,7 @@ from dlq.audit_details import (
     AuditDetail,
     refusal_detail,
 )
+from dlq.client_audit import CLIENT_ACTION_LABELS
 from dlq.control_audit import LIVE_ACTION_LABELS
 from dlq.models import AuditOutcome, DLQItem, DLQStatus, ResolutionCode
 from tasks.exceptions import ReliabilityError, TaskNotActionable
@@ -103,7 +104,7 @@ def action_label(code: str) -> str:
     spec = ACTIONS.get(code)
     if spec is not None:
         return str(spec.label)
-    label = LIVE_ACTION_LABELS.get(code) or OTHER_ACTION_LABELS.get(code)
+    label = LIVE_ACTION_LABELS.get(code) or CLIENT_ACTION_LABELS.get(code) or OTHER_ACTION_LABELS.get(code)
     if label is not None:
         return str(label)
     prefix, _sep, rest = code.partition("_")

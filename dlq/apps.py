@@ -10,8 +10,8 @@ class DlqConfig(AppConfig):
         # The console composes the engine: it registers its pipeline, its RQ
         # entry point and its sweeper chores in every process (web, workers,
         # the sweeper), whatever RELIABILITY_PIPELINE_MODULES says, and audits
-        # every cancel and pipeline control change, whoever asked for it.
-        from dlq import chores, control_audit
+        # every cancel, pipeline control change and API client change, whoever asked for it.
+        from dlq import chores, client_audit, control_audit
         from dlq.alerting import pipeline
         from dlq.bulk import RUN_BULK_ENTRY_POINT
         from tasks.jobs import entry_point_register
@@ -20,3 +20,4 @@ class DlqConfig(AppConfig):
         entry_point_register(RUN_BULK_ENTRY_POINT)
         chores.chores_register()
         control_audit.receivers_connect()
+        client_audit.receivers_connect()

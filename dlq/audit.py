@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from dlq.audit_details import AUDIT_PURGED, NO_DETAIL, PERMISSION_DENIED, AuditDetail
 from dlq.models import AuditEntry, AuditOutcome
+from reliability_console.refusal_log import refusal_logged
 from tasks.retention import PurgeRun, purge_batches, retention_purge_record
 
 logger = logging.getLogger(__name__)
@@ -109,8 +110,12 @@ def _params_bounded(params: dict) -> dict:
 def audit_denied(
     *, actor: str, action: str, target_type: str, target_id: str, client_ip: str | None, reason: str = ""
 ) -> AuditEntry:
-    """Record an attempt the actor had no permission for."""
-    return audit_record(
+    """Record an attempt the actor had no permission for, and log it as one line.
+
+    A refusal is an expected event, not an error: the line replaces Django's warning with a traceback for the
+    same 403 (``reliability_console.refusal_log``).
+    """
+    entry = audit_record(
         actor=actor,
         action=action,
         target_type=target_type,
@@ -120,6 +125,19 @@ def audit_denied(
         detail=AuditDetail(PERMISSION_DENIED),
         client_ip=client_ip,
     )
+    logger.warning(
+        "permission denied",
+        extra={
+            "event": "permission_denied",
+            "actor": entry.actor,
+            "action": entry.action,
+            "target_type": entry.target_type,
+            "target_id": entry.target_id,
+            "client_ip": client_ip or "",
+        },
+    )
+    refusal_logged()
+    return entry
 
 
 @dataclass(kw_only=True)

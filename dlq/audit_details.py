@@ -85,6 +85,11 @@ DETAIL_MESSAGES = {
     "no_limit_given": _("give a new limit (or choose no limit) for the concurrency, the rate or both"),
     "reason_required": _("give a reason: it goes into the audit log"),
     "reason_too_long": _("a reason is at most %(max)s characters"),
+    # tasks.clients' refusals.
+    "client_name_invalid": _("a client name is 1 to %(max)s characters"),
+    "client_exists": _("a client named %(client)s already exists"),
+    "no_such_client": _("no client named %(client)s"),
+    "client_already_revoked": _("client %(client)s was revoked already"),
 }
 # Parameters that hold a code of their own, shown by its name in the reader's language.
 CODED_PARAMS = ("state", "action", "resolution")

@@ -1,4 +1,8 @@
-"""The console's roles, as Django groups with permissions."""
+"""The console's roles, as Django groups with permissions.
+
+The README's role table lists these permission codes role by role
+(tests/integration/test_roles_readme.py compares the two and the groups).
+"""
 
 from __future__ import annotations
 
@@ -27,8 +31,9 @@ SUPERVISE = [
     # Pausing a pipeline or changing its limits holds back every task of it: a supervisor's call.
     "tasks.pause_pipeline",
     "tasks.limit_pipeline",
+    # Supervisors see which clients exist (a task names its client); creating, revoking and re-keying one
+    # (tasks.manage_apiclient) stops or lets in all of its traffic: no role holds it, only superusers.
     "tasks.view_apiclient",
-    "tasks.change_apiclient",
     # Alert rules and channels are configuration: supervisors edit them.
     "dlq.add_alertrule",
     "dlq.change_alertrule",

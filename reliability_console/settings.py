@@ -282,7 +282,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"structured": {"()": "reliability_console.logging.StructuredFormatter"}},
+    # A refused request is one line (the audit's), not a warning with a traceback (reliability_console.refusal_log).
+    "filters": {"refusals": {"()": "reliability_console.refusal_log.RefusalFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "django.request": {"filters": ["refusals"]}},
 }

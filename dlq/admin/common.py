@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.translation import gettext_lazy as _
@@ -41,6 +42,9 @@ TARGET_LABELS = {
     "dlq_item": _("dead-letter item"),
     "bulk_operation": _("bulk action"),
     "audit_log": _("audit log"),
+    "alert_rule": _("alert rule"),
+    "alert_channel": _("alert channel"),
+    "apiclient": _("API client"),
 }
 
 
@@ -75,6 +79,18 @@ def detail_label(entry: AuditEntry, *, stored: str | None = None) -> str:
 
 def client_ip(request: HttpRequest) -> str | None:
     return request.META.get("REMOTE_ADDR") or None
+
+
+# A refused list action's entry names at most this many of the rows it aimed at (the POST may be forged).
+MAX_DENIED_ROWS = 20
+# Longer "ids" would overflow a bigint lookup: no row has one.
+MAX_ROW_ID_DIGITS = 18
+
+
+def selected_row_ids(request: HttpRequest) -> list[int]:
+    """The first ``MAX_DENIED_ROWS`` ids a list action's POST selected, leaving out anything that is not an id."""
+    values = request.POST.getlist(ACTION_CHECKBOX_NAME)[:MAX_DENIED_ROWS]
+    return [int(value) for value in values if value.isascii() and value.isdigit() and len(value) <= MAX_ROW_ID_DIGITS]
 
 
 def operator_form(request: HttpRequest) -> dict[str, Any]:
@@ -142,34 +158,41 @@ class DenialsAuditedMixin:
     so every refused attempt to write through the console leaves a trace.
     """
 
+    # The entries' target type: the model's name, unless its admin names it as its own entries do (alert_rule).
+    audit_target_type = ""
+
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
-        with _denial_audited(request, self.opts, "add" if object_id is None else "change", object_id or "new"):
+        with _denial_audited(request, self, "add" if object_id is None else "change", object_id or "new"):
             return super().changeform_view(request, object_id, form_url, extra_context)
 
     def delete_view(self, request, object_id, extra_context=None):
-        with _denial_audited(request, self.opts, "delete", object_id):
+        with _denial_audited(request, self, "delete", object_id):
             return super().delete_view(request, object_id, extra_context)
 
     def changelist_view(self, request, extra_context=None):
         action = request.POST.get("action", "") if request.method == "POST" else ""
-        with _denial_audited(request, self.opts, action or "list", "selected"):
+        with _denial_audited(request, self, action or "list", lambda: self.denied_selection(request)):
             if action and action not in self.get_actions(request):
                 # Django would answer "no action selected"; it is an attempt the user had no permission for.
                 raise PermissionDenied
             return super().changelist_view(request, extra_context)
 
+    def denied_selection(self, request: HttpRequest) -> str:
+        """The target a refused list action's entry names: "selected" (a model's admin may name the rows)."""
+        return "selected"
+
 
 @contextmanager
-def _denial_audited(request: HttpRequest, opts, verb: str, target_id) -> Iterator[None]:
+def _denial_audited(request: HttpRequest, model_admin, verb: str, target_id: str | Callable[[], str]) -> Iterator[None]:
     try:
         yield
     except PermissionDenied:
         if request.method == "POST" and request.user.is_authenticated:
             audit_denied(
                 actor=request.user.get_username(),
-                action=f"{verb}_{opts.model_name}",
-                target_type=opts.model_name,
-                target_id=str(target_id),
+                action=f"{verb}_{model_admin.opts.model_name}",
+                target_type=model_admin.audit_target_type or model_admin.opts.model_name,
+                target_id=str(target_id() if callable(target_id) else target_id),
                 client_ip=client_ip(request),
                 reason=request.POST.get("reason", ""),
             )

@@ -27,18 +27,19 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from dlq.actions import MAX_REASON_LENGTH
-from dlq.admin.common import DenialsAuditedMixin, ServiceViewMixin, client_ip, deny
+from dlq.admin.common import DenialsAuditedMixin, ServiceViewMixin, client_ip, deny, selected_row_ids
 from dlq.alerting.masking import secret_masked
+from dlq.audit_details import refusal_detail
 from dlq.control_audit import TASK_CANCELLED
 from dlq.lifecycle import lifecycle_svg
-from dlq.live_actions import CANCEL_PERMISSION, task_cancel_by_operator, task_cancellable
+from dlq.live_actions import CANCEL_PERMISSION, operator_actor, task_cancel_by_operator, task_cancellable
 from dlq.models import AuditEntry
 from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, PipelineFilter, ReadOnlyAdminMixin
 from reliability_console.json_display import json_text
 from reliability_console.paginator import CappedCountPaginator
 from tasks import registry
 from tasks.cancellation import CancelResult
-from tasks.clients import api_client_revoke
+from tasks.clients import MANAGE_PERMISSION, ApiClientError, api_client_revoke
 from tasks.exceptions import UnknownPipeline
 from tasks.models import (
     ApiClient,
@@ -308,7 +309,11 @@ def _cancelled_message(result: CancelResult) -> tuple[int, str]:
 
 @admin.register(ApiClient)
 class ApiClientAdmin(DenialsAuditedMixin, admin.ModelAdmin):
-    """API clients: created with ``manage.py create_api_token``; revoked here or with ``revoke_api_token``."""
+    """API clients: created with ``manage.py create_api_token``; revoked here or with ``revoke_api_token``.
+
+    Revoking takes ``tasks.manage_apiclient`` (superusers only); each revoke and refusal is audited by the engine's
+    signal (``dlq.client_audit``), each denial by ``DenialsAuditedMixin``.
+    """
 
     list_display = ("name", "token_prefix", "created_at", "revoked_at")
     list_filter = ("revoked_at",)
@@ -334,15 +339,36 @@ class ApiClientAdmin(DenialsAuditedMixin, admin.ModelAdmin):
             return False
         return super().lookup_allowed(lookup, value, request)
 
-    @admin.action(description=_("Revoke the selected clients' tokens"), permissions=["change"])
+    # Revoking stops all of a client's traffic and callbacks: its own permission, held by no role (dlq.roles).
+    @admin.action(description=_("Revoke the selected clients' tokens"), permissions=["manage"])
     def revoke(self, request, queryset):
-        for client in queryset:
-            api_client_revoke(name=client.name)
-        self.message_user(
-            request,
-            ngettext("Revoked %(n)d client.", "Revoked %(n)d clients.", len(queryset)) % {"n": len(queryset)},
-            messages.SUCCESS,
+        revoked, refused = 0, []
+        actor, ip = operator_actor(request.user), client_ip(request)
+        for name in queryset.values_list("name", flat=True):
+            try:
+                api_client_revoke(name=name, actor=actor, client_ip=ip)
+            except ApiClientError as exc:  # revoked already (or meanwhile): audited by the engine's signal
+                refused.append(refusal_detail(exc).sentence())
+            else:
+                revoked += 1
+        if revoked:
+            self.message_user(
+                request,
+                ngettext("Revoked %(n)d client.", "Revoked %(n)d clients.", revoked) % {"n": revoked},
+                messages.SUCCESS,
+            )
+        if refused:
+            self.message_user(request, _("Not done: %(why)s") % {"why": "; ".join(refused)}, messages.ERROR)
+
+    def has_manage_permission(self, request) -> bool:
+        return request.user.has_perm(MANAGE_PERMISSION)
+
+    def denied_selection(self, request) -> str:
+        # A refused revoke names the clients it aimed at: the entry then says whose traffic someone tried to stop.
+        names = (
+            ApiClient.objects.filter(pk__in=selected_row_ids(request)).order_by("name").values_list("name", flat=True)
         )
+        return ",".join(names) or super().denied_selection(request)
 
     def has_add_permission(self, request) -> bool:
         return False  # tokens are shown once, by the command that creates them

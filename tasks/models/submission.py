@@ -29,6 +29,9 @@ class ApiClient(models.Model):
         verbose_name = _("API client")
         verbose_name_plural = _("API clients")
         ordering = ["name"]
+        # One permission for making, revoking and re-keying clients: each of them can stop (or let in) all of a
+        # client's traffic and callbacks, so none is a plain "change" a role might hold for another reason.
+        permissions = [("manage_apiclient", _("Can create and revoke API clients and rotate their signing secrets"))]
 
     def __str__(self) -> str:
         return self.name

@@ -1,13 +1,14 @@
 """python manage.py callback_secret <client-name> [--rotate]: the secret that signs the client's callbacks.
 
 Printed alone on the last line. ``--rotate`` makes a new one; the old one keeps
-signing (a second ``v1=``) for ``RELIABILITY_CALLBACK_SECRET_GRACE_SECONDS``.
+signing (a second ``v1=``) for ``RELIABILITY_CALLBACK_SECRET_GRACE_SECONDS``. A rotation (or its
+refusal) is audited with the actor ``command:<OS user>``.
 """
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks.clients import ApiClientError, api_client_signing_secret
+from tasks.clients import ApiClientError, api_client_signing_secret, command_actor
 
 
 class Command(BaseCommand):
@@ -22,7 +23,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         name, rotate = options["client_name"], options["rotate"]
         try:
-            secret = api_client_signing_secret(name=name, rotate=rotate)
+            secret = api_client_signing_secret(name=name, rotate=rotate, actor=command_actor())
         except ApiClientError as exc:
             raise CommandError(str(exc)) from None
         if rotate:

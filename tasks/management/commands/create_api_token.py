@@ -1,8 +1,11 @@
-"""python manage.py create_api_token <client-name>: the token is printed once, alone on the last line."""
+"""python manage.py create_api_token <client-name>: the token is printed once, alone on the last line.
+
+The creation (or its refusal) is audited with the actor ``command:<OS user>``.
+"""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks.clients import ApiClientError, api_client_create
+from tasks.clients import ApiClientError, api_client_create, command_actor
 
 
 class Command(BaseCommand):
@@ -13,7 +16,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         try:
-            client, token = api_client_create(name=options["client_name"])
+            client, token = api_client_create(name=options["client_name"], actor=command_actor())
         except ApiClientError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"created API client {client.name!r}; its token (shown only now):")

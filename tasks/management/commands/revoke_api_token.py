@@ -1,8 +1,11 @@
-"""python manage.py revoke_api_token <client-name>: the client's token stops working at once."""
+"""python manage.py revoke_api_token <client-name>: the client's token stops working at once.
+
+Audited with the actor ``command:<OS user>``; an unknown or already revoked client is a refusal (exit 1).
+"""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks.clients import ApiClientError, api_client_revoke
+from tasks.clients import ApiClientError, api_client_revoke, command_actor
 
 
 class Command(BaseCommand):
@@ -13,7 +16,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         try:
-            client = api_client_revoke(name=options["client_name"])
+            client = api_client_revoke(name=options["client_name"], actor=command_actor())
         except ApiClientError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"revoked API client {client.name!r}")

@@ -1,0 +1,68 @@
+"""The audit of API clients: one entry for every creation, revoke and signing-secret rotation, and every refusal.
+
+A client's token lets a program in, and revoking it stops all of its traffic
+and callbacks, whoever does it: the admin's list action (the actor is the
+username), ``manage.py create_api_token``, ``revoke_api_token`` and
+``callback_secret --rotate`` (``command:<OS user>``), Python code
+(``system:python``). The engine (``tasks.clients``) sends ``api_client_changed``
+inside the change's transaction and ``api_client_refused`` when it refuses
+one; the receivers connected here (``DlqConfig.ready()``, every process)
+write the entry. A denied attempt through the admin never reaches the engine:
+``DenialsAuditedMixin`` audits it, under the same action and target type.
+"""
+
+from __future__ import annotations
+
+from django.utils.translation import gettext_lazy as _
+
+from dlq.audit import audit_record
+from dlq.audit_details import refusal_detail
+from dlq.control_audit import audit_actor
+from dlq.models import AuditOutcome
+from tasks.clients import CREATED, REVOKED, SECRET_ROTATED, api_client_changed, api_client_refused
+
+# The entries' target type: the model's name, as a denial of its admin pages records it.
+CLIENT_TARGET = "apiclient"
+# The engine's changes by the audit log's action codes; "revoke_apiclient" is also the admin's list action's
+# denial ("<action>_<model>"), so one filter shows every attempt.
+CLIENT_ACTIONS = {
+    CREATED: "create_apiclient",
+    REVOKED: "revoke_apiclient",
+    SECRET_ROTATED: "rotate_secret_apiclient",
+}
+CLIENT_ACTION_LABELS = {
+    "create_apiclient": _("Create API client"),
+    "revoke_apiclient": _("Revoke API client"),
+    "rotate_secret_apiclient": _("Rotate an API client's signing secret"),
+}
+
+
+def client_change_audited(sender, *, client, action: str, actor: str, client_ip=None, **kwargs) -> None:
+    """``api_client_changed``'s receiver: the change's entry, in its transaction."""
+    audit_record(
+        actor=audit_actor(actor),
+        action=CLIENT_ACTIONS[action],
+        target_type=CLIENT_TARGET,
+        target_id=client.name,
+        outcome=AuditOutcome.SUCCEEDED,
+        client_ip=client_ip,
+    )
+
+
+def client_refusal_audited(sender, *, name: str, action: str, actor: str, error, client_ip=None, **kwargs) -> None:
+    """``api_client_refused``'s receiver: the refusal's entry, its reason as the engine's code and facts."""
+    audit_record(
+        actor=audit_actor(actor),
+        action=CLIENT_ACTIONS[action],
+        target_type=CLIENT_TARGET,
+        target_id=name,
+        outcome=AuditOutcome.REFUSED,
+        detail=refusal_detail(error),
+        client_ip=client_ip,
+    )
+
+
+def receivers_connect() -> None:
+    """Connect the receivers (idempotent)."""
+    api_client_changed.connect(client_change_audited, dispatch_uid="dlq.client_audit.changed")
+    api_client_refused.connect(client_refusal_audited, dispatch_uid="dlq.client_audit.refused")
