@@ -282,6 +282,9 @@ def gunicorn_argv(port: int, *, processes: int, threads: int | None = None, time
         str(processes),
         "--graceful-timeout",
         "5",
+        # As in production (README): no credential of a URL or a header in gunicorn's own logs.
+        "--logger-class",
+        "reliability_console.gunicorn_logging.RedactingLogger",
     ]
     if threads is not None:
         argv += ["--worker-class", "gthread", "--threads", str(threads)]

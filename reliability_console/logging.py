@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+from tasks.redaction import query_strings_redacted
+
 # Attributes every LogRecord has; anything else was passed through ``extra``.
 _STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 
@@ -13,7 +15,9 @@ class StructuredFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        base = super().format(record)
+        # Any URL's query string loses its credentials, whoever logged it: django.request passes the request,
+        # whose repr holds the full path (a token sent as ?token=… is refused, then was written down whole).
+        base = query_strings_redacted(super().format(record))
         fields = {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS and not k.startswith("_")}
         if not fields:
             return base
@@ -21,7 +25,7 @@ class StructuredFormatter(logging.Formatter):
 
 
 def _quote(value: object) -> str:
-    text = str(value)
+    text = query_strings_redacted(str(value))
     if not text or any(ch.isspace() or ch in '"=' for ch in text):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     return text

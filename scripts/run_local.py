@@ -211,6 +211,8 @@ def main() -> int:
                 "2",
                 "--access-logfile",
                 "-",
+                "--logger-class",
+                "reliability_console.gunicorn_logging.RedactingLogger",
             ],
         )
         for index in (1, 2):

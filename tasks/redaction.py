@@ -15,6 +15,11 @@ Three things are redacted, wherever they appear:
 The engine's writers apply it when they store (``tasks.attempts``,
 ``tasks.outcomes``, ``tasks.dead_letters``): nothing unredacted reaches the
 database, so every reader (the API, the admin, the alerts) is safe.
+
+Logs get the same treatment for URLs: ``query_strings_redacted`` takes the
+credentials out of every query string in a log line (the project's log
+formatter and gunicorn's access log use it), so a token sent as
+``?token=…`` is refused and never written down.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+from urllib.parse import unquote_plus
 
 from django.conf import settings
 
@@ -71,9 +77,14 @@ REDACTION_RULES: tuple[DefaultRule, ...] = (
     DefaultRule(r"(?i)\bbearer[ \t]+(?P<secret>(?=[A-Za-z0-9._~+/-]*[0-9._~+/-])[A-Za-z0-9._~+/-]{8,}=*)", ("bearer",)),
     # user:password@ in a URL (any scheme): the password.
     DefaultRule(r"(?i)\b[a-z][a-z0-9+.-]{0,30}://[^\s/:@]*:(?P<secret>[^\s/@]+)@", ("://",)),
-    # Stripe secret and restricted keys, webhook secrets.
+    # Stripe secret and restricted keys.
     DefaultRule(r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}", ("_live_", "_test_")),
-    DefaultRule(r"\bwhsec_[A-Za-z0-9]{16,}", ("whsec_",)),
+    # Webhook signing secrets: Stripe's (alphanumeric) and this engine's callback secrets (tasks.clients:
+    # token_urlsafe, so "-" and "_" anywhere, even first: a rule stopping at them left the rest readable).
+    DefaultRule(r"(?<![A-Za-z0-9])whsec_[A-Za-z0-9_-]{16,}", ("whsec_",)),
+    # This engine's API tokens (tasks.clients: "rc_" and token_urlsafe(32), 43 characters). One without a
+    # capital or a digit is a snake_case name that happens to be as long (1 in 10^15 for a real token).
+    DefaultRule(r"(?<![A-Za-z0-9])rc_(?=[a-z_-]{0,42}[A-Z0-9])[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])", ("rc_",)),
     # OpenAI, Anthropic and look-alike "sk-" keys.
     DefaultRule(r"\bsk-(?:[A-Za-z0-9]+-){0,3}[A-Za-z0-9_]{20,}", ("sk-",)),
     # GitHub tokens and fine-grained personal access tokens; GitLab; npm; Hugging Face.
@@ -209,6 +220,45 @@ def _redact(value: Any, key_regex: re.Pattern[str], secrets: tuple[str, ...], de
     if isinstance(value, list | tuple):
         return [_redact(item, key_regex, secrets, depth + 1) for item in value]
     return value
+
+
+# A parameter name that says its value is a credential, as the last part of the name: access_token, X-Amz-Signature.
+_SECRET_PARAMETER = re.compile(r"(?i)(?<![A-Za-z0-9])(?:" + _SECRET_NAMES + r")$")
+# A URL's query string in free text: from "?" to a space, a quote, a bracket, "#" or a backslash (an escape).
+_QUERY_IN_TEXT = re.compile(r"\?([^\s'\"<>#\\]+)")
+
+
+def redact_query(query: str) -> str:
+    """A URL's query string (without its "?") with every credential's value ``[redacted]``.
+
+    A parameter is one when its name matches ``RELIABILITY_REDACT_PATTERN`` or
+    names a credential (``access_token``, ``api_key``, ``X-Amz-Signature``), or
+    when its value, decoded, holds anything ``redact_text`` redacts; the other
+    parameters stay as they were.
+    """
+    key_regex = _key_regex(settings.RELIABILITY_REDACT_PATTERN)
+    parameters = []
+    for parameter in query.split("&"):
+        name, equals, value = parameter.partition("=")
+        if equals and value and value != REDACTED:
+            plain_name = unquote_plus(name)
+            plain_value = unquote_plus(value)
+            # Decoded first: ?next=/admin/%3Ftoken%3D… holds a query, and a token, of its own.
+            if (
+                key_regex.search(plain_name)
+                or _SECRET_PARAMETER.search(plain_name)
+                or redact_text(plain_value) != plain_value
+            ):
+                value = REDACTED
+        parameters.append(f"{name}{equals}{value}")
+    return "&".join(parameters)
+
+
+def query_strings_redacted(text: str) -> str:
+    """``text`` (a log line, a request line) with every URL's query string passed through ``redact_query``."""
+    if "?" not in text:
+        return text
+    return _QUERY_IN_TEXT.sub(lambda match: "?" + redact_query(match.group(1)), text)
 
 
 def input_secrets(value: Any, pattern: str | None = None) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from ninja.security import HttpBearer
 from pydantic import ValidationError as PydanticValidationError
 
 from tasks.api.errors import ApiError, error_response, json_bytes
-from tasks.api.parser import StrictJsonParser, payload_too_large, read_json_body
+from tasks.api.parser import StrictJsonParser, chunked_bodies, payload_too_large, read_json_body
 from tasks.api.schemas import (
     CancelIn,
     ErrorOut,
@@ -48,7 +48,16 @@ logger = logging.getLogger(__name__)
 
 IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7E]{1,255}$"
 IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
-ERRORS = {400: ErrorOut, 401: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 415: ErrorOut, 422: ErrorOut}
+ERRORS = {
+    400: ErrorOut,
+    401: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    411: ErrorOut,
+    413: ErrorOut,
+    415: ErrorOut,
+    422: ErrorOut,
+}
 
 
 class BearerToken(HttpBearer):
@@ -75,6 +84,8 @@ api = NinjaAPI(
     docs_url="/docs",
     openapi_url="/openapi.json",
 )
+# Before authentication and django-ninja's own reading of the body, which would find a chunked one empty.
+api.add_decorator(chunked_bodies, mode="view")
 
 
 @api.post(

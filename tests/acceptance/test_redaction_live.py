@@ -9,6 +9,7 @@ the admin, an RQ worker runs the task, PostgreSQL holds the rows.
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -18,7 +19,7 @@ from django.contrib.auth.models import Group
 from django.db import connection
 
 from dlq.roles import roles_setup
-from tasks.clients import api_client_create
+from tasks.clients import api_client_create, api_client_signing_secret
 from tasks.models import DeadLetter
 from tests.support import wait_for
 
@@ -42,8 +43,8 @@ RAW_ROWS = {
 }
 
 
-def leaked(text: str) -> list[str]:
-    return [secret for secret in SECRETS if secret in text]
+def leaked(text: str, secrets: tuple[str, ...] = SECRETS) -> list[str]:
+    return [secret for secret in secrets if secret in text]
 
 
 def viewer_session(server_url: str) -> requests.Session:
@@ -69,10 +70,14 @@ def test_a_step_that_raises_its_input_leaks_no_secret_anywhere(start_api_server,
     server = start_api_server()
     pool = start_workers(1)
     token = api_client_create(name="finder")[1]
+    # This deployment's own secrets under innocent keys (issue 25): the client's real API token and its
+    # callback signing secret; only their shapes say what they are.
+    signing_secret = api_client_signing_secret(name="finder")
+    secrets = (*SECRETS, token, signing_secret)
     api = {"Authorization": f"Bearer {token}"}
     created = requests.post(
         f"{server.url}/api/v1/tasks",
-        json={"pipeline": "t_leaky", "input": INPUT},
+        json={"pipeline": "t_leaky", "input": {**INPUT, "ref": token, "hook": signing_secret}},
         headers={**api, "Idempotency-Key": "leaky-1"},
         timeout=10,
     )
@@ -87,19 +92,24 @@ def test_a_step_that_raises_its_input_leaks_no_secret_anywhere(start_api_server,
     body = answer.json()
     assert body["failure"]["code"] == "compensation_failed", pool.logs()
     assert [step["attempts"] for step in body["steps"]] == [1, 2]
-    assert leaked(answer.text) == [], answer.text
+    assert leaked(answer.text, secrets) == [], answer.text
     # The errors are there to read, only their secrets are gone.
     assert "refund refused" in body["failure"]["message"] and "[redacted]" in body["failure"]["message"]
     assert "rejected" in body["steps"][1]["last_error_message"]
+    assert "'ref': '[redacted]'" in body["steps"][1]["last_error_message"]
+    assert "'hook': '[redacted]'" in body["steps"][1]["last_error_message"]
 
     viewer = viewer_session(server.url)
     task_page = viewer.get(f"{server.url}/admin/tasks/task/{task_id}/change/", timeout=10)
     assert task_page.status_code == 200 and "leaky_reject" in task_page.text
-    assert leaked(task_page.text) == []
+    assert leaked(task_page.text, secrets) == []
+    # The input, shown as indented JSON: the token's and the secret's places are marked.
+    page_text = html.unescape(task_page.text)
+    assert '"ref": "[redacted]"' in page_text and '"hook": "[redacted]"' in page_text
     item = DeadLetter.objects.get(task_id=task_id)
     item_page = viewer.get(f"{server.url}/admin/dlq/dlqitem/{item.pk}/change/", timeout=10)
     assert item_page.status_code == 200 and "rejected" in item_page.text
-    assert leaked(item_page.text) == []
+    assert leaked(item_page.text, secrets) == []
 
     with connection.cursor() as cursor:
         for table, sql in RAW_ROWS.items():
@@ -107,6 +117,6 @@ def test_a_step_that_raises_its_input_leaks_no_secret_anywhere(start_api_server,
             rows = [row[0] for row in cursor.fetchall()]
             assert rows or table == "tasks_sideeffect", table
             for row in rows:
-                assert leaked(row) == [], f"{table}: {row}"
+                assert leaked(row, secrets) == [], f"{table}: {row}"
         cursor.execute("SELECT count(*) FROM tasks_stepattempt WHERE task_id = %s AND error_message <> ''", [task_id])
         assert cursor.fetchone()[0] == 3  # the transient try, the final error, the refused refund

@@ -12,9 +12,19 @@ import uuid
 
 import pytest
 
+from tasks.clients import api_client_create, api_client_signing_secret
 from tasks.context import effect_key
 from tasks.delivery import job_id
-from tasks.redaction import REDACTED, REDACTION_RULES, TaskRedactor, input_secrets, redact, redact_text
+from tasks.redaction import (
+    REDACTED,
+    REDACTION_RULES,
+    TaskRedactor,
+    input_secrets,
+    query_strings_redacted,
+    redact,
+    redact_query,
+    redact_text,
+)
 
 PATTERN = r"password|token|secret|authorization|card"
 TASK_ID = uuid.UUID("9f71c7a7-d8f6-4eaa-b869-744ec9504bbf")
@@ -128,6 +138,15 @@ LOOK_ALIKES = [
     "version 1.2.3-beta+build.5 on 127.0.0.1:6379",
     "Input (secrets redacted)",
     "ghost_writer_01234567890123456789012345678901",
+    # Look-alikes of this engine's own tokens (rc_ and 43 URL-safe characters): names, prefixes, the admin's hint.
+    "rc_config",
+    "the rc_ prefix marks an API token",
+    "rc_token rc_abc rc_2024",
+    "client rc_AbCdEf1 (token prefix shown in the admin)",
+    "rc_" + "a_long_snake_case_name_of_forty_three_chars",
+    "src_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_AbCdE",
+    "rc_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_AbCdEf",  # 44: not one of ours
+    "whsec_ is the prefix of a signing secret",
 ]
 
 
@@ -175,6 +194,8 @@ PATHOLOGICAL = {
     "bearer words": "bearer ",
     "secret names": "db_password_",
     "JWT headers": "eyJaaaaaa.",
+    "API token prefixes": "rc_",
+    "signing secret prefixes": "whsec_-",
 }
 # One of each rule's hints, so that every rule searches the text.
 EVERY_HINT = " ".join(sorted({hint for rule in REDACTION_RULES for hint in rule.hints}))
@@ -268,3 +289,65 @@ def test_configured_patterns_add_to_the_defaults(settings):
 def test_configured_patterns_apply_to_short_strings_too(settings):
     settings.RELIABILITY_REDACT_PATTERNS = [r"\bT-\d{2}\b"]
     assert redact_text("T-42") == REDACTED
+
+
+# --- this engine's own secrets: API tokens and callback signing secrets, as tasks.clients makes them -------------
+
+
+@pytest.mark.django_db
+def test_every_api_token_the_engine_makes_is_redacted_whole():
+    tokens = [api_client_create(name=f"client-{index}")[1] for index in range(100)]
+    for token in tokens:
+        for text in (token, f"retry with {token}.", f"{{'ref': '{token}'}}", f"ref={token}&page=2", f"({token})"):
+            redacted = redact_text(text)
+            assert token not in redacted and REDACTED in redacted, text
+            # Whole: no piece of it is left either side of the mark.
+            assert token[:10] not in redacted and token[-6:] not in redacted, redacted
+
+
+@pytest.mark.django_db
+def test_every_signing_secret_the_engine_makes_is_redacted_whole():
+    api_client_create(name="signer")
+    made = [api_client_signing_secret(name="signer", rotate=True) for _ in range(300)]
+    # token_urlsafe puts "-" and "_" anywhere: among these, secrets with each of them in their first 16
+    # characters (the old rule's minimum, which left such a secret unredacted) and in the middle.
+    for symbol in "-_":
+        assert any(symbol in secret[6:22] for secret in made) and any(symbol in secret[22:-1] for secret in made)
+    for secret in made:
+        for text in (secret, f"signed with {secret}; refused", f'"v1={secret}"'):
+            redacted = redact_text(text)
+            assert secret not in redacted and REDACTED in redacted, text
+            assert secret[6:12] not in redacted and secret[-4:] not in redacted, redacted
+
+
+# --- query strings in log lines -------------------------------------------------------------------------------
+
+
+def test_a_query_string_loses_its_credentials_and_keeps_the_rest():
+    token = "rc_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_AbCdE"
+    assert redact_query(f"token={token}&page=2") == f"token={REDACTED}&page=2"
+    assert (
+        redact_query("access_token=abc&api_key=xyz&user=bob") == f"access_token={REDACTED}&api_key={REDACTED}&user=bob"
+    )
+    assert (
+        redact_query("X-Amz-Signature=0f1e2d&X-Amz-Date=20261201") == f"X-Amz-Signature={REDACTED}&X-Amz-Date=20261201"
+    )
+    assert redact_query(f"q={token}") == f"q={REDACTED}"  # an innocent name, a token's shape
+    assert redact_query("page=2&flag&empty=") == "page=2&flag&empty="
+    assert redact_query("api%5Fkey=xyz") == f"api%5Fkey={REDACTED}"
+    # A query inside a value (the admin's ?next=), encoded: a token there goes with its whole value.
+    assert redact_query(f"next=/admin/%3Ftoken%3D{token}&x=1") == f"next={REDACTED}&x=1"
+    assert redact_query("next=/admin/tasks/%3Fstate%3Dfailed") == "next=/admin/tasks/%3Fstate%3Dfailed"
+
+
+def test_every_query_string_in_a_log_line_is_redacted():
+    line = (
+        "Unauthorized: /api/v1/tasks request=\"<WSGIRequest: GET '/api/v1/tasks?token=abc"
+        "&limit=2'>\" referer=https://example.com/a?api_key=xyz#top"
+    )
+    assert query_strings_redacted(line) == (
+        f"Unauthorized: /api/v1/tasks request=\"<WSGIRequest: GET '/api/v1/tasks?token={REDACTED}"
+        f"&limit=2'>\" referer=https://example.com/a?api_key={REDACTED}#top"
+    )
+    # Structured fields are not queries: a fencing token is left alone.
+    assert query_strings_redacted("event=task_claimed fencing_token=5") == "event=task_claimed fencing_token=5"
