@@ -26,6 +26,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from dlq.alerting.models import AlertChannelKind, AlertKind
+from dlq.metrics import label_kind
 from dlq.models import UNRESOLVED_STATUSES, AlertChannel, AlertRule, AlertState, DLQItem
 from tasks import registry
 from tasks.limits import held_counts
@@ -191,27 +193,31 @@ class StateCollector:
             yield from (last, since)
 
     def _alerts(self):
+        # Ids and kinds, never names: a name is free text (dlq.metrics).
         firing = GaugeMetricFamily(
-            "reliability_alert_rule_firing", "1 while a console alert rule fires.", labels=["rule", "kind"]
+            "reliability_alert_rule_firing",
+            "1 while a console alert rule fires, by rule id and rule kind.",
+            labels=["rule_id", "rule_kind"],
         )
-        for name, kind, state in AlertRule.objects.filter(enabled=True).values_list("name", "kind", "state"):
-            firing.add_metric([name, kind], 1 if state == AlertState.FIRING else 0)
+        for pk, kind, state in AlertRule.objects.filter(enabled=True).values_list("pk", "kind", "state"):
+            firing.add_metric([str(pk), label_kind(kind, AlertKind)], 1 if state == AlertState.FIRING else 0)
         yield firing
         consecutive = GaugeMetricFamily(
             "reliability_alert_channel_consecutive_failures",
-            "Failed deliveries in a row per alert channel (0 after a success).",
-            labels=["channel", "kind"],
+            "Failed deliveries in a row per alert channel id (0 after a success).",
+            labels=["channel_id", "channel_kind"],
         )
         failures = CounterMetricFamily(
             "reliability_alert_channel_failures",
-            "Failed delivery attempts per alert channel.",
-            labels=["channel", "kind"],
+            "Failed delivery attempts per alert channel id.",
+            labels=["channel_id", "channel_kind"],
         )
-        for name, kind, streak, total in AlertChannel.objects.values_list(
-            "name", "kind", "consecutive_failures", "total_failures"
+        for pk, kind, streak, total in AlertChannel.objects.values_list(
+            "pk", "kind", "consecutive_failures", "total_failures"
         ):
-            consecutive.add_metric([name, kind], streak)
-            failures.add_metric([name, kind], total)
+            labels = [str(pk), label_kind(kind, AlertChannelKind)]
+            consecutive.add_metric(labels, streak)
+            failures.add_metric(labels, total)
         yield consecutive
         yield failures
 

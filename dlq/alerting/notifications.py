@@ -54,7 +54,7 @@ def alert_delivery_sent(*, delivery: AlertDelivery) -> None:
         )
         AlertChannel.objects.filter(pk=delivery.channel_id).update(consecutive_failures=0, last_success_at=now)
     metrics.alert_notification_attempted(
-        channel=delivery.channel.name, channel_kind=delivery.channel.kind, outcome="sent"
+        channel_id=delivery.channel_id, channel_kind=delivery.channel.kind, outcome="sent"
     )
 
 
@@ -70,7 +70,7 @@ def alert_delivery_attempt_failed(*, delivery: AlertDelivery, error: str) -> Non
             last_failure_at=now,
         )
     metrics.alert_notification_attempted(
-        channel=delivery.channel.name, channel_kind=delivery.channel.kind, outcome="failed"
+        channel_id=delivery.channel_id, channel_kind=delivery.channel.kind, outcome="failed"
     )
     logger.warning(
         "alert notification failed",

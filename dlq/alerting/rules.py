@@ -131,7 +131,7 @@ def _transition(
             dlq_item_ids=list(measurement.dlq_item_ids),
         )
         alert_notifications_submit(event=event)
-        metrics.alert_event_recorded(rule=rule.name, kind=event_kind)
+        metrics.alert_event_recorded(rule_id=rule.pk, kind=event_kind)
     logger.log(
         logging.INFO if event_kind == AlertEventKind.RESOLVED else logging.WARNING,
         "alert %s",

@@ -113,14 +113,66 @@ def test_state_figures_match_the_database(client, settings, clean_redis):
     assert oldest[("bulk",)] == 0 and 0 <= oldest[("critical",)] <= oldest[("default",)] < 60
     assert oldest[("default",)] > 0
     assert by("reliability_workers")[()] == 0
-    assert by("reliability_alert_rule_firing", "rule")[("any",)] == 1
-    assert by("reliability_alert_channel_consecutive_failures", "channel")[("hook",)] == 3
-    assert by("reliability_alert_channel_failures_total", "channel")[("hook",)] == 7
+    rule, channel = str(AlertRule.objects.get(name="any").pk), str(AlertChannel.objects.get(name="hook").pk)
+    assert by("reliability_alert_rule_firing", "rule_id", "rule_kind") == {(rule, "open_items"): 1}
+    assert by("reliability_alert_channel_consecutive_failures", "channel_id", "channel_kind") == {
+        (channel, "webhook"): 3
+    }
+    assert by("reliability_alert_channel_failures_total", "channel_id", "channel_kind") == {(channel, "webhook"): 7}
     # Event counters of this (single) process are there too.
     assert (
         by("reliability_step_attempts_total", "pipeline", "step", "outcome")[("t_local", "local_b", "permanent_error")]
         >= 1
     )
+
+
+# Names an operator may type: markup, a quote, a newline (the exposition format escapes the last two).
+HOSTILE_NAMES = ("<script>alert(1)</script>", 'a"b\nc')
+
+
+def test_rules_and_channels_are_labelled_by_id_never_by_name(client, settings, clean_redis, webhook_receiver):
+    from dlq.alerting.models import AlertDelivery
+    from dlq.alerting.rules import alerts_evaluate
+
+    settings.RELIABILITY_METRICS_TOKEN = "t"
+    settings.RELIABILITY_ALERT_ALLOWED_HOSTS = [f"127.0.0.1:{webhook_receiver.server.server_address[1]}"]
+    webhook_receiver.fail_next = 100  # every delivery fails (HTTP 500)
+    AlertRule.objects.all().delete()
+    AlertChannel.objects.all().delete()
+    task_run(task_id=str(task_submit(pipeline="t_local", input={"fail_b": "permanent"}).pk), worker="w1")
+    channels = [
+        AlertChannel.objects.create(name=name, kind="webhook", url=webhook_receiver.url) for name in HOSTILE_NAMES
+    ]
+    rules = [AlertRule.objects.create(name=name, kind="open_items", threshold=0) for name in HOSTILE_NAMES]
+    assert len(alerts_evaluate().events) == 2  # both fire
+    deliveries = AlertDelivery.objects.all()
+    assert deliveries.count() == 4
+    for delivery in deliveries:
+        task_run(task_id=str(delivery.task_id), worker="w1")  # one attempt each, answered 500
+    assert len(webhook_receiver.all()) == 4
+
+    body = scrape(client, Authorization="Bearer t").content.decode()
+    for text in (*HOSTILE_NAMES, "<script>", "alert(1)", 'a\\"b', "\\nc"):
+        assert text not in body, text
+    figures = samples(body)
+
+    def by(name: str, *label_names: str) -> dict:
+        return {
+            tuple(dict(key)[label] for label in label_names): value
+            for (sample, key), value in figures.items()
+            if sample == name
+        }
+
+    rule_ids, channel_ids = [str(rule.pk) for rule in rules], [str(channel.pk) for channel in channels]
+    assert by("reliability_alert_rule_firing", "rule_id", "rule_kind") == {(pk, "open_items"): 1 for pk in rule_ids}
+    events = by("reliability_alert_events_total", "rule_id", "kind")
+    assert all(events[(pk, "firing")] == 1 for pk in rule_ids)
+    streaks = by("reliability_alert_channel_consecutive_failures", "channel_id", "channel_kind")
+    assert streaks == {(pk, "webhook"): 2 for pk in channel_ids}
+    attempts = by("reliability_alert_notifications_total", "channel_id", "channel_kind", "outcome")
+    assert all(attempts[(pk, "webhook", "failed")] == 2 for pk in channel_ids)
+    labels = {label for (_sample, key) in figures for label, _value in key}
+    assert not labels & {"rule", "channel"}
 
 
 def test_the_page_answers_when_redis_is_down(client, settings, clean_redis, redis_server):
