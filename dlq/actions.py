@@ -95,8 +95,16 @@ OTHER_ACTION_LABELS = {
     "bulk_complete": _("Bulk action completed"),
     AUDIT_PURGE_ACTION: _("Audit entries purged"),
 }
-# A model page's write (a denial of it is audited as "<verb>_<model>", dlq.admin.common).
-MODEL_VERB_LABELS = {"add": _("Add %(model)s"), "change": _("Change %(model)s"), "delete": _("Delete %(model)s")}
+# A model page's write, or a list action on its rows, audited as "<verb>_<model>" (dlq.admin.common; alert rules
+# and channels, done or denied, by dlq.alerting.config_changes).
+MODEL_VERB_LABELS = {
+    "add": _("Add %(model)s"),
+    "change": _("Change %(model)s"),
+    "delete": _("Delete %(model)s"),
+    "enable": _("Enable %(model)s"),
+    "disable": _("Disable %(model)s"),
+    "test": _("Send a test notification to %(model)s"),
+}
 
 
 def action_label(code: str) -> str:

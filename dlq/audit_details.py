@@ -46,6 +46,12 @@ AUDIT_PURGED = "audit_purged"
 ITEM_GONE = "item_gone"
 ITEM_RESOLVED = "item_resolved"
 ITEM_STATE_CHANGED = "item_state_changed"
+# Changes to alert rules and channels (dlq.alerting.config_changes), worded by dlq.alerting.change_texts.
+FIELDS_CHANGED = "fields_changed"  # the fields before and after; a credential only as changed
+TEST_DELIVERED = "test_delivered"
+TEST_NOT_DELIVERED = "test_not_delivered"  # the send path's error code and its message, without URL or secret
+CHANNEL_URL_REFUSED = "channel_url_refused"  # a channel not switched on: its URL may not be sent to
+ALERT_CONFIG_DETAILS = (FIELDS_CHANGED, TEST_NOT_DELIVERED, CHANNEL_URL_REFUSED)
 
 DETAIL_MESSAGES = {
     PERMISSION_DENIED: _("permission denied"),
@@ -64,6 +70,7 @@ DETAIL_MESSAGES = {
     ITEM_GONE: _("this dead letter no longer exists"),
     ITEM_RESOLVED: _("this dead letter was already resolved"),
     ITEM_STATE_CHANGED: _("not possible while the task is %(state)s: someone may have acted first"),
+    TEST_DELIVERED: _("test notification delivered"),
     # The engine's refusals (tasks.services, tasks.cancellation, tasks.pipeline_controls), by their codes.
     "retry_not_failed": _("the task is %(state)s: only failed tasks can be retried from checkpoint"),
     "retry_cancelled": _("the task was cancelled: compensate it or close its dead letter"),
@@ -144,6 +151,8 @@ def detail_text(*, code: str, params: dict[str, Any], stored: str) -> str:
         return resolution_label(str(params.get("resolution", "")))
     if code == LIMITS_CHANGED:
         return limits_text(before=params.get("before"), after=params.get("after")) or stored
+    if code in ALERT_CONFIG_DETAILS:
+        return alert_config_text(code=code, params=params) or stored_detail_text(stored)
     if code not in DETAIL_MESSAGES:
         return stored_detail_text(stored)
     try:
@@ -151,6 +160,21 @@ def detail_text(*, code: str, params: dict[str, Any], stored: str) -> str:
     except (KeyError, TypeError, ValueError):
         # Parameters of another release's making: its stored sentence says it.
         return stored_detail_text(stored)
+
+
+def alert_config_text(*, code: str, params: dict[str, Any]) -> str | None:
+    """A change to an alert rule or channel in the reader's language; None for parameters it cannot word."""
+    # dlq.alerting words its own records' fields and errors: imported here, where it is needed.
+    from dlq.alerting import change_texts
+
+    if code == FIELDS_CHANGED:
+        return change_texts.fields_changed_text(params)
+    if code == TEST_NOT_DELIVERED:
+        error = change_texts.delivery_error_text(
+            code=str(params.get("error_code", "")), message=str(params.get("error", ""))
+        )
+        return gettext("test notification not delivered: %(error)s") % {"error": error}
+    return gettext("not switched on: %(why)s") % {"why": change_texts.url_refusal_text(params)}
 
 
 def _worded(code: str, params: dict[str, Any]) -> str:

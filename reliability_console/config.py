@@ -200,7 +200,8 @@ CALLBACK_HOST_ENTRY = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9
 
 
 def validate_callback_hosts(name: str, values: list[str]) -> list[str]:
-    """Callback hosts, lower-cased: ``host`` (any port) or ``host:port``; anything else is refused."""
+    """Allowed outbound hosts (callbacks, alert channels), lower-cased: ``host`` (any port) or ``host:port``;
+    anything else is refused."""
     hosts = []
     for value in values:
         match = CALLBACK_HOST_ENTRY.fullmatch(value)

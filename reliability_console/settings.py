@@ -243,6 +243,11 @@ RELIABILITY_DLQ_RETENTION_DAYS = env.integer("RELIABILITY_DLQ_RETENTION_DAYS", 0
 
 # --- Alerts and metrics ----------------------------------------------------------------
 RELIABILITY_ALERT_INTERVAL_SECONDS = env.number("RELIABILITY_ALERT_INTERVAL_SECONDS", 60, minimum=1)
+# Hosts alert channels may send to ("host" or "host:port"; these may be internal). Empty: any host whose every
+# address is public, never loopback, private, link-local or a metadata address (dlq.alerting.url_checks).
+RELIABILITY_ALERT_ALLOWED_HOSTS = validate_callback_hosts(
+    "RELIABILITY_ALERT_ALLOWED_HOSTS", env.list("RELIABILITY_ALERT_ALLOWED_HOSTS", [])
+)
 # Where operators open the console: links in notifications point here.
 RELIABILITY_CONSOLE_URL = validate_http_url(
     "RELIABILITY_CONSOLE_URL", env.str("RELIABILITY_CONSOLE_URL", "http://127.0.0.1:8000")
@@ -286,5 +291,10 @@ LOGGING = {
     "filters": {"refusals": {"()": "reliability_console.refusal_log.RefusalFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "django.request": {"filters": ["refusals"]}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "django.request": {"filters": ["refusals"]},
+        # runserver's request lines: through our formatter, which takes credentials out of query strings.
+        "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
 }

@@ -5,7 +5,9 @@ Registered by the engine in every process (``TasksConfig.ready``), whatever
 waiting for its callback does not wait behind a bulk backlog). Its one step:
 
 - checks the URL's host against ``RELIABILITY_CALLBACK_ALLOWED_HOSTS`` again
-  (the setting may have changed since the submission);
+  (the setting may have changed since the submission), and every address
+  its name resolves to now (``tasks.outbound``: never link-local, metadata,
+  multicast or reserved);
 - POSTs the body stored when the task finished through ``ctx.http``, signed
   for this attempt (``Reliability-Signature``,
   ``tasks.signing.body_signature_header``) with the client's secrets, with an
@@ -32,6 +34,7 @@ from tasks.callbacks import CALLBACK_PIPELINE, callback_url_check
 from tasks.clients import signing_secrets
 from tasks.exceptions import InvalidTaskInput, PermanentError
 from tasks.models import ApiClient
+from tasks.outbound import resolved_addresses
 from tasks.pipelines import FailurePolicy, Pipeline
 from tasks.queues import CRITICAL_QUEUE
 from tasks.retry import RetryPolicy
@@ -64,7 +67,7 @@ def _build() -> Pipeline:
     def send_callback(ctx):
         url = ctx.input["url"]
         try:
-            callback_url_check(url)
+            callback_url_check(url, resolve=resolved_addresses)
         except InvalidTaskInput as exc:
             raise PermanentError(str(exc), code="callback_url_refused") from None
         client = ApiClient.objects.filter(pk=ctx.input["client_id"]).first()

@@ -14,15 +14,16 @@ its submission is idempotent on (task, event, generation) in its own scope,
 so a repeat of the same outcome never makes a second one. The body is taken
 at that moment (the task as it finished, the same bytes on every attempt).
 
-Only hosts in ``RELIABILITY_CALLBACK_ALLOWED_HOSTS`` are ever called (checked
-at submission and again before each attempt; redirects are not followed), so
-a client cannot make our servers call an address of its choosing.
+Only hosts in ``RELIABILITY_CALLBACK_ALLOWED_HOSTS`` are ever called, never at
+a link-local or metadata address (``tasks.outbound``: checked at submission
+and again, with the name resolved, before each attempt; redirects are not
+followed), so a client cannot make our servers call an address of its
+choosing.
 """
 
 from __future__ import annotations
 
 import logging
-import urllib.parse
 from typing import Any
 
 from django.conf import settings
@@ -30,6 +31,7 @@ from django.conf import settings
 from tasks.api.errors import json_bytes
 from tasks.exceptions import IdempotencyKeyReused, InvalidTaskInput
 from tasks.models import Task, TaskState
+from tasks.outbound import OutboundPolicy, OutboundUrlRefused, Resolver, outbound_url_check
 from tasks.selectors import task_representation
 
 logger = logging.getLogger(__name__)
@@ -37,8 +39,6 @@ logger = logging.getLogger(__name__)
 CALLBACK_PIPELINE = "task_callback"
 # Submission scope of callback tasks: their keys never meet a client's or a Python caller's.
 CALLBACK_SCOPE = "callback"
-# Browsers and proxies handle about this much; a longer URL is a mistake or an attack.
-MAX_CALLBACK_URL_LENGTH = 2048
 CALLBACK_STATES = frozenset(
     {
         TaskState.SUCCEEDED,
@@ -48,47 +48,31 @@ CALLBACK_STATES = frozenset(
         TaskState.CANCELLED,
     }
 )
-DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def callback_url_check(url: Any) -> str:
+def callback_policy() -> OutboundPolicy:
+    """Callbacks reach only the hosts the deployment lists (none: callbacks are off)."""
+    return OutboundPolicy(
+        what="callback_url",
+        setting="RELIABILITY_CALLBACK_ALLOWED_HOSTS",
+        allowed_hosts=settings.RELIABILITY_CALLBACK_ALLOWED_HOSTS,
+        off_message="callbacks are off on this server",
+    )
+
+
+def callback_url_check(url: Any, *, resolve: Resolver | None = None) -> str:
     """``url`` if the engine may POST to it, else ``InvalidTaskInput`` (the API's 400 ``validation_error``).
 
-    An http(s) URL of at most ``MAX_CALLBACK_URL_LENGTH`` printable ASCII
-    characters, without credentials, whose host (and port) is allowed.
+    The rules of ``tasks.outbound``: an http(s) URL without credentials whose
+    host (and port) is listed and is at no forbidden address. At submission
+    only an IP literal's address is checked; ``resolve`` (the sender, before
+    each attempt) checks every address the name has then.
     """
-    if not isinstance(url, str):
-        raise _refused("callback_url must be a string")
-    if not settings.RELIABILITY_CALLBACK_ALLOWED_HOSTS:
-        raise _refused("callbacks are off on this server (RELIABILITY_CALLBACK_ALLOWED_HOSTS is empty)")
-    if not 1 <= len(url) <= MAX_CALLBACK_URL_LENGTH:
-        raise _refused(f"callback_url must be 1 to {MAX_CALLBACK_URL_LENGTH} characters")
-    if not all(33 <= ord(ch) < 127 for ch in url):
-        raise _refused("callback_url must be printable ASCII without spaces (an IDN host in its xn-- form)")
     try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError:
-        raise _refused("callback_url is not a valid URL") from None
-    if parts.scheme not in DEFAULT_PORTS:
-        raise _refused("callback_url must be an http:// or https:// URL")
-    if "@" in parts.netloc:
-        raise _refused("callback_url must not hold credentials (user:password@)")
-    if not parts.hostname:
-        raise _refused("callback_url has no host")
-    if not callback_host_allowed(parts.hostname, port or DEFAULT_PORTS[parts.scheme]):
-        raise _refused(f"callback_url's host {parts.hostname!r} is not allowed on this server")
+        outbound_url_check(url, policy=callback_policy(), resolve=resolve)
+    except OutboundUrlRefused as exc:
+        raise InvalidTaskInput(exc.message, details={"callback_url": exc.message, "rule": exc.rule}) from None
     return url
-
-
-def callback_host_allowed(host: str, port: int) -> bool:
-    """Whether ``host:port`` matches an entry of ``RELIABILITY_CALLBACK_ALLOWED_HOSTS`` (exactly, no wildcards)."""
-    host = host.lower().strip("[]")
-    for entry in settings.RELIABILITY_CALLBACK_ALLOWED_HOSTS:
-        allowed = urllib.parse.urlsplit(f"//{entry}")
-        if (allowed.hostname or "").strip("[]") == host and allowed.port in (None, port):
-            return True
-    return False
 
 
 def callback_event(state: str) -> str:
@@ -146,7 +130,3 @@ def callback_submit(*, task: Task) -> Task | None:
         },
     )
     return callback
-
-
-def _refused(message: str) -> InvalidTaskInput:
-    return InvalidTaskInput(message, details={"callback_url": message})

@@ -67,6 +67,8 @@ def engine_env(platform, clean_redis):
             "RELIABILITY_MAX_CRASHES": 3,
             # Sweepers evaluate alert rules only in tests that ask for it.
             "RELIABILITY_ALERT_INTERVAL_SECONDS": 3600,
+            # The tests' webhook receivers listen on loopback, which alert channels reach only when listed.
+            "RELIABILITY_ALERT_ALLOWED_HOSTS": "127.0.0.1",
         }
         values.update(overrides)
         return process_env(**values)
@@ -119,9 +121,31 @@ def start_api_server(engine_env):
 
 
 @pytest.fixture
-def webhook_receiver():
+def webhook_receiver(settings):
+    """A receiver on 127.0.0.1, listed for alert channels in this process (loopback is refused unless listed)."""
     from tests.webhook_receiver import WebhookReceiver
 
     receiver = WebhookReceiver()
+    settings.RELIABILITY_ALERT_ALLOWED_HOSTS = [*settings.RELIABILITY_ALERT_ALLOWED_HOSTS, f"127.0.0.1:{receiver.port}"]
     yield receiver
     receiver.stop()
+
+
+@pytest.fixture
+def dns(monkeypatch):
+    """Names of hosts outside this machine resolve as a test says (DNS is outside the project); others as usual."""
+    import socket
+
+    answers: dict[str, list[str]] = {}
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if isinstance(host, bytes):
+            host = host.decode()
+        if host in answers:
+            address = answers[host].pop(0) if len(answers[host]) > 1 else answers[host][0]
+            return real(address, port, *args, **kwargs)
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return answers

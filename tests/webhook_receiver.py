@@ -104,8 +104,12 @@ class WebhookReceiver:
         self.thread.start()
 
     @property
+    def port(self) -> int:
+        return self.server.server_address[1]
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        return f"http://127.0.0.1:{self.port}/hook"
 
     def accepted(self) -> list[Received]:
         with self._lock:

@@ -2,22 +2,90 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
-from django.db.models import F
+from django.contrib import admin, messages
+from django.contrib.admin.utils import model_ngettext
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from dlq.admin.common import DenialsAuditedMixin
+from dlq.admin.alerting_forms import AlertChannelForm
+from dlq.admin.common import DenialsAuditedMixin, client_ip
+from dlq.alerting.change_texts import delivery_error_text, url_refusal_text
 from dlq.alerting.channels import notification_payload
+from dlq.alerting.config_changes import (
+    TARGET_TYPES,
+    alert_channel_test,
+    alert_config_delete,
+    alert_config_enabled_set,
+    alert_config_save,
+)
 from dlq.alerting.masking import secret_masked, secrets_scrubbed, url_masked
 from dlq.alerting.models import AlertChannel, AlertDelivery, AlertEvent, AlertRule
+from dlq.alerting.url_checks import disabled_text
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
 from reliability_console.json_display import json_text
 
+# A test notification is sent while the page waits (up to channels.TEST_SEND_TIMEOUT_SECONDS each): a few at once.
+MAX_TESTED_CHANNELS = 3
+
+
+class AlertConfigAdmin(DenialsAuditedMixin, admin.ModelAdmin):
+    """Rules' and channels' pages: each save, deletion and list action is one call to
+    ``dlq.alerting.config_changes``, which writes the change and its audit entry in one transaction."""
+
+    actions = ["enable", "disable"]
+
+    def save_model(self, request, obj, form, change):
+        alert_config_save(
+            record=obj,
+            changed_fields=list(form.changed_data) if change else None,
+            channels=form.cleaned_data.get("channels"),
+            actor=request.user.get_username(),
+            client_ip=client_ip(request),
+        )
+
+    def delete_model(self, request, obj):
+        alert_config_delete(records=[obj], actor=request.user.get_username(), client_ip=client_ip(request))
+
+    def delete_queryset(self, request, queryset):
+        alert_config_delete(records=list(queryset), actor=request.user.get_username(), client_ip=client_ip(request))
+
+    @admin.action(description=_("Enable"), permissions=["change"])
+    def enable(self, request, queryset):
+        self._enabled_set(request, queryset, enabled=True)
+
+    @admin.action(description=_("Disable"), permissions=["change"])
+    def disable(self, request, queryset):
+        self._enabled_set(request, queryset, enabled=False)
+
+    def _enabled_set(self, request, queryset, *, enabled: bool) -> None:
+        result = alert_config_enabled_set(
+            model=self.model,
+            ids=list(queryset.values_list("pk", flat=True)),
+            enabled=enabled,
+            actor=request.user.get_username(),
+            client_ip=client_ip(request),
+        )
+        if result.changed:
+            done = _("Enabled %(count)d %(items)s.") if enabled else _("Disabled %(count)d %(items)s.")
+            count = len(result.changed)
+            self.message_user(request, done % {"count": count, "items": model_ngettext(self.opts, count)})
+        if result.unchanged:
+            same = (
+                _("%(count)d already enabled: unchanged.") if enabled else _("%(count)d already disabled: unchanged.")
+            )
+            self.message_user(request, same % {"count": len(result.unchanged)}, messages.WARNING)
+        for name, refusal in result.refused.items():
+            why = url_refusal_text(refusal)
+            self.message_user(
+                request, gettext("Not enabled: %(name)s: %(why)s") % {"name": name, "why": why}, messages.ERROR
+            )
+
 
 @admin.register(AlertRule)
-class AlertRuleAdmin(DenialsAuditedMixin, admin.ModelAdmin):
+class AlertRuleAdmin(AlertConfigAdmin):
+    audit_target_type = TARGET_TYPES[AlertRule]
     list_display = ("name", "kind", "pipeline", "threshold", "state", "last_value", "firing_since", "enabled")
     list_filter = ("state", "kind", "enabled")
     search_fields = ("name", "pipeline")
@@ -64,28 +132,21 @@ class AlertRuleAdmin(DenialsAuditedMixin, admin.ModelAdmin):
             or "-"
         )
 
-    def save_model(self, request, obj, form, change):
-        if not change:
-            super().save_model(request, obj, form, change)
-            return
-        # Save only what the form changed and bump the version, so an evaluator that
-        # read the rule before this edit loses its transition instead of undoing the edit.
-        fields = [name for name in form.changed_data if name != "channels"]
-        if fields:
-            obj.save(update_fields=fields)
-        AlertRule.objects.filter(pk=obj.pk).update(version=F("version") + 1)
-
 
 # Credentials of a channel: shown whole only to those who may change the channel (dlq.alerting.masking).
 SECRET_FIELDS = ("url", "secret")
 
 
 @admin.register(AlertChannel)
-class AlertChannelAdmin(DenialsAuditedMixin, admin.ModelAdmin):
+class AlertChannelAdmin(AlertConfigAdmin):
+    audit_target_type = TARGET_TYPES[AlertChannel]
+    actions = ["enable", "disable", "test"]
+    form = AlertChannelForm
     list_display = ("name", "kind", "enabled", "consecutive_failures", "total_failures", "last_failure_at", "health")
     list_filter = ("kind", "enabled")
     search_fields = ("name",)
     readonly_fields = (
+        "switched_off",
         "consecutive_failures",
         "total_failures",
         "last_error_text",
@@ -115,6 +176,23 @@ class AlertChannelAdmin(DenialsAuditedMixin, admin.ModelAdmin):
             kwargs["assume_scheme"] = "https"  # Django 6's default, stated now
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
+    @admin.action(description=_("Send a test notification"), permissions=["change"])
+    def test(self, request, queryset):
+        channels = list(queryset[: MAX_TESTED_CHANNELS + 1])
+        if len(channels) > MAX_TESTED_CHANNELS:
+            too_many = _("Choose at most %(max)d channels to test at once: nothing was sent.")
+            self.message_user(request, too_many % {"max": MAX_TESTED_CHANNELS}, messages.ERROR)
+            return
+        actor, address = request.user.get_username(), client_ip(request)
+        for channel in channels:
+            result = alert_channel_test(channel=channel, actor=actor, client_ip=address)
+            if result.delivered:
+                self.message_user(request, gettext("Test notification to %(name)s delivered.") % {"name": channel.name})
+                continue
+            why = delivery_error_text(code=result.error_code, message=result.error)
+            text = gettext("Test notification to %(name)s not delivered: %(why)s") % {"name": channel.name, "why": why}
+            self.message_user(request, text, messages.ERROR)
+
     @admin.display(description=_("URL"))
     def url_hint(self, obj):
         return url_masked(obj.url) or "-"
@@ -127,8 +205,14 @@ class AlertChannelAdmin(DenialsAuditedMixin, admin.ModelAdmin):
     def last_error_text(self, obj):
         return secrets_scrubbed(obj.last_error, obj) or "-"
 
+    @admin.display(description=_("switched off by the engine"))
+    def switched_off(self, obj):
+        return disabled_text(obj) or "-"
+
     @admin.display(description=_("health"))
     def health(self, obj):
+        if obj.disabled_reason_code:
+            return format_html('<strong style="color:#ba2121">{}</strong>', disabled_text(obj))
         if obj.consecutive_failures:
             error = secrets_scrubbed(obj.last_error, obj)[:120]
             return format_html('<strong style="color:#ba2121">{}</strong>', _("failing: %(error)s") % {"error": error})

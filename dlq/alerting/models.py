@@ -27,6 +27,10 @@ class AlertChannelKind(models.TextChoices):
     LOG = "log", _("log")
 
 
+# The kinds that POST to the channel's URL (checked by dlq.alerting.url_checks).
+URL_CHANNEL_KINDS = frozenset({AlertChannelKind.WEBHOOK, AlertChannelKind.SLACK})
+
+
 class AlertChannel(models.Model):
     """Where notifications go. Failure counters are written by the delivery step, never by hand."""
 
@@ -49,6 +53,13 @@ class AlertChannel(models.Model):
     last_error = models.TextField(_("last error"), blank=True, default="")
     last_failure_at = models.DateTimeField(_("last failure"), null=True, blank=True)
     last_success_at = models.DateTimeField(_("last success"), null=True, blank=True)
+    # Set when the engine refused the channel's URL at send time (tasks.outbound: the allow-list changed, or the
+    # name now resolves to an address it may not reach) and switched the channel off: why, as a rule code and its
+    # facts, worded in the reader's language (dlq.alerting.url_checks). Cleared when a supervisor saves the
+    # channel enabled with a URL that passes.
+    disabled_reason_code = models.CharField(_("disabled because"), max_length=50, blank=True, default="")
+    disabled_reason_params = models.JSONField(default=dict, blank=True)
+    disabled_at = models.DateTimeField(_("disabled at"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("alert channel")

@@ -99,6 +99,24 @@ def test_two_evaluator_processes_at_once_send_one_notification(engine_env, start
     assert Task.objects.filter(pipeline="alert_notify").count() == 1
 
 
+def test_a_worker_switches_off_a_channel_aimed_at_loopback_by_a_name_and_sends_nothing(start_workers, webhook_receiver):
+    # The workers list 127.0.0.1 (engine_env), not "localhost": a name for the same listener is refused by the
+    # allow-list when the worker sends, as a channel saved before the check (or before the list changed) would be.
+    channel = AlertChannel.objects.create(name="hook", kind="webhook", url=f"http://localhost:{webhook_receiver.port}/")
+    AlertRule.objects.create(name="any open item", kind="open_items", threshold=0)
+    failing = task_submit(pipeline="t_local", input={"fail_b": "permanent"})
+    task_run(task_id=str(failing.pk), worker="test")
+    pool = start_workers(1)
+
+    assert [event.kind for event in alerts_evaluate().events] == ["firing"]
+    wait_for(lambda: all_terminal("alert_notify"), timeout=30, message="the delivery to finish")
+    (delivery,) = Task.objects.filter(pipeline="alert_notify")
+    assert delivery.failure_code == "alert_url_refused", pool.logs()
+    channel.refresh_from_db()
+    assert not channel.enabled and channel.disabled_reason_code == "host_not_allowed"
+    assert webhook_receiver.all() == []
+
+
 def _samples(body: str) -> dict[str, dict[tuple, float]]:
     out: dict[str, dict[tuple, float]] = {}
     for family in text_string_to_metric_families(body):

@@ -56,6 +56,21 @@ def test_a_host_no_longer_allowed_when_the_callback_runs_is_not_called(webhook_r
     assert callback.in_dlq and webhook_receiver.all() == []
 
 
+def test_a_listed_name_that_resolves_to_a_metadata_address_when_the_callback_runs_is_not_called(
+    webhook_receiver, settings, dns
+):
+    settings.RELIABILITY_CALLBACK_ALLOWED_HOSTS = ["hooks.internal"]
+    dns["hooks.internal"] = ["127.0.0.1"]  # at submission: the receiver (a listed host may be internal)
+    callback = finished_with_callback(f"http://hooks.internal:{webhook_receiver.port}/hook")
+    dns["hooks.internal"] = ["169.254.169.254"]  # when the callback runs: the metadata service
+
+    assert task_run(task_id=str(callback.pk), worker="w1") == "failed"
+
+    callback.refresh_from_db()
+    assert (callback.failure_reason, callback.failure_code) == ("permanent_error", "callback_url_refused")
+    assert "169.254.169.254" in callback.failure_message and webhook_receiver.all() == []
+
+
 def test_a_revoked_clients_callback_is_not_sent(webhook_receiver):
     callback = finished_with_callback(webhook_receiver.url)
     api_client_revoke(name=CLIENT)

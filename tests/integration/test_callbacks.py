@@ -10,10 +10,11 @@ import pytest
 from django.utils import timezone
 
 from tasks.api.errors import json_bytes
-from tasks.callbacks import CALLBACK_PIPELINE, CALLBACK_SCOPE, MAX_CALLBACK_URL_LENGTH, callback_submit
+from tasks.callbacks import CALLBACK_PIPELINE, CALLBACK_SCOPE, callback_submit
 from tasks.clients import api_client_create, api_client_signing_secret, signing_secrets
 from tasks.exceptions import InvalidTaskInput
 from tasks.models import ApiClient, IdempotencyRecord, Task
+from tasks.outbound import MAX_URL_LENGTH
 from tasks.runner import task_run
 from tasks.selectors import task_representation
 from tasks.services import task_retry_from_checkpoint
@@ -64,7 +65,7 @@ def callback_tasks() -> list[Task]:
         ("https://hooks.example.com/a b", "printable ASCII"),
         ("https://hooks.example.com:99999/hook", "not a valid URL"),
         ("https:///hook", "no host"),
-        ("https://hooks.example.com/" + "x" * MAX_CALLBACK_URL_LENGTH, "1 to 2048 characters"),
+        ("https://hooks.example.com/" + "x" * MAX_URL_LENGTH, "1 to 2048 characters"),
     ],
 )
 def test_a_callback_url_that_is_not_allowed_is_a_400_and_stores_nothing(client, token, url, why):
@@ -74,6 +75,19 @@ def test_a_callback_url_that_is_not_allowed_is_a_400_and_stores_nothing(client, 
     assert error["code"] == "validation_error" and why in error["message"], error
     assert error["details"]["callback_url"] == error["message"]
     assert not Task.objects.exists() and not IdempotencyRecord.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "url", ["http://169.254.169.254/latest/meta-data/", "http://[fd00:ec2::254]/", "http://0.0.0.0/"]
+)
+def test_a_listed_metadata_or_unspecified_address_is_still_refused(client, token, settings, url):
+    # Listing an internal host is the operator's trust; an instance metadata address never is.
+    settings.RELIABILITY_CALLBACK_ALLOWED_HOSTS = ["169.254.169.254", "[fd00:ec2::254]", "0.0.0.0"]
+    response = post(client, token, local(url))
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert "never allowed" in error["message"] and error["details"]["rule"] == "address_forbidden"
+    assert not Task.objects.exists()
 
 
 def test_callbacks_are_off_when_no_host_is_allowed(client, token, settings):

@@ -22,6 +22,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone, translation
 
 from dlq.actions import ActionRefused, action_label, dlq_item_act
+from dlq.alerting.config_changes import alert_channel_test, alert_config_enabled_set, alert_config_save
 from dlq.alerting.models import AlertChannel, AlertEvent, AlertKind, AlertRule
 from dlq.alerting.rules import alerts_evaluate
 from dlq.audit import audit_entries_purge
@@ -148,6 +149,18 @@ def seeded(clean_redis):
     AlertRule.objects.create(name="open-items-rule", kind=AlertKind.OPEN_ITEMS, threshold=0)
     AlertRule.objects.create(name="sweeper-rule", kind=AlertKind.SWEEPER_STALLED, threshold=60)
     alerts_evaluate()
+    # Alert configuration changes, each audited with its diff (a credential only as changed), and test sends: one
+    # delivered (the log channel), one not (a webhook without a URL), which cannot be switched on either.
+    ops_log = AlertChannel.objects.get(name="ops-log")
+    alert_config_enabled_set(model=AlertChannel, ids=[ops_log.pk], enabled=False, actor="root")
+    edited = AlertRule.objects.get(name="open-items-rule")
+    edited.threshold, edited.pipeline = 1, "t_local"
+    alert_config_save(record=edited, changed_fields=["threshold", "pipeline"], actor="root")
+    hook = AlertChannel(name="ops-hook", kind="webhook", enabled=False, secret="whsec_for_tests_only_0123")
+    alert_config_save(record=hook, changed_fields=None, actor="root")
+    alert_channel_test(channel=ops_log, actor="root")
+    alert_channel_test(channel=hook, actor="root")
+    alert_config_enabled_set(model=AlertChannel, ids=[hook.pk], enabled=True, actor="root")
     api_client_create(name="billing-service")
     cancelled = task_submit(pipeline="t_cancellable", input={})
     task_cancel(task_id=cancelled.pk, actor="operator:root", reason="upstream fixed")
@@ -240,6 +253,15 @@ def pages(seeded) -> list[str]:
         f"/admin/tasks/task/{seeded['engine_refused'].pk}/change/",
         f"/admin/dlq/dlqitem/{DLQItem.objects.get(task=seeded['engine_refused']).pk}/change/",
         "/admin/dlq/auditentry/?outcome=refused",
+        # Alert rule and channel changes: their lists and each entry's page with its diff or test outcome.
+        "/admin/dlq/auditentry/?target_type=alert_rule",
+        "/admin/dlq/auditentry/?target_type=alert_channel",
+        *(
+            f"/admin/dlq/auditentry/{pk}/change/"
+            for pk in AuditEntry.objects.filter(target_type__in=("alert_rule", "alert_channel")).values_list(
+                "pk", flat=True
+            )
+        ),
     ]
 
 

@@ -39,6 +39,27 @@ def test_the_formatter_redacts_the_query_of_a_logged_request_and_of_the_message(
     assert "fencing_token=5" in line and "status_code=401" in line
 
 
+def test_runservers_request_lines_go_through_the_formatter(settings):
+    # Django's own handler for django.server would print the request line whole.
+    from django.utils.log import ServerFormatter
+
+    handlers = logging.getLogger("django.server").handlers
+    assert not any(isinstance(h.formatter, ServerFormatter) for h in handlers), handlers
+    (handler,) = [h for h in handlers if isinstance(h.formatter, StructuredFormatter)]
+    record = logging.makeLogRecord(
+        {
+            "name": "django.server",
+            "levelno": logging.WARNING,
+            "levelname": "WARNING",
+            "msg": '"%s" %s %s',
+            "args": (f"GET /api/v1/tasks?token={TOKEN} HTTP/1.1", 401, 55),
+            "status_code": 401,
+        }
+    )
+    line = handler.format(record)
+    assert TOKEN not in line and "/api/v1/tasks?token=[redacted]" in line
+
+
 def test_gunicorns_access_atoms_hold_no_credential():
     logger = RedactingLogger(Config())
     environ = {
