@@ -169,3 +169,19 @@ def planner_statistics_of_a_live_table(tasks: int = 2000) -> None:
     Task.objects.bulk_create(Task(pipeline="t_local", input={}) for _ in range(tasks))
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {Task._meta.db_table}")
+
+
+def rule_form(**fields) -> dict:
+    """The admin's alert rule form, filled in: ``fields`` override (None leaves a field out)."""
+    form = {
+        "name": "open items",
+        "kind": "open_items",
+        "pipeline": "",
+        "enabled": "on",
+        "threshold": "5",
+        "window_seconds": "3600",
+        "lookback_days": "7",
+        "renotify_seconds": "3600",
+    }
+    form.update(fields)
+    return {name: value for name, value in form.items() if value is not None}

@@ -18,6 +18,7 @@ from dlq.admin.common import detail_label
 from dlq.alerting.config_changes import AUDITED_FIELDS
 from dlq.alerting.models import AlertChannel, AlertRule
 from dlq.models import AuditEntry, AuditOutcome
+from tests.support import rule_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,29 +31,14 @@ NEW_URL_PATH = "/hook/T0NEWPATHCREDENTIAL9876"
 @pytest.fixture
 def receiver(webhook_receiver, settings):
     # Loopback is refused unless listed (dlq.alerting.url_checks): list this listener alone.
-    settings.RELIABILITY_ALERT_ALLOWED_HOSTS = [f"127.0.0.1:{webhook_receiver.server.server_address[1]}"]
+    settings.RELIABILITY_ALERT_ALLOWED_HOSTS = [f"127.0.0.1:{webhook_receiver.port}"]
     AlertChannel.objects.all().delete()  # the migrations' defaults: only this test's records
     AlertRule.objects.all().delete()
     return webhook_receiver
 
 
 def base_url(receiver) -> str:
-    return f"http://127.0.0.1:{receiver.server.server_address[1]}"
-
-
-def rule_form(**fields) -> dict:
-    form = {
-        "name": "open items",
-        "kind": "open_items",
-        "pipeline": "",
-        "enabled": "on",
-        "threshold": "5",
-        "window_seconds": "3600",
-        "lookback_days": "7",
-        "renotify_seconds": "3600",
-    }
-    form.update(fields)
-    return {name: value for name, value in form.items() if value is not None}
+    return f"http://127.0.0.1:{receiver.port}"
 
 
 def channel_form(**fields) -> dict:
@@ -287,7 +273,7 @@ def test_enabling_a_channel_whose_url_may_not_be_sent_to_is_refused(client, role
     assert entry.outcome == AuditOutcome.REFUSED and entry.detail_code == "channel_url_refused"
     assert entry.detail.startswith("not switched on: Refused") and URL_PATH not in entry_text(entry)
     # Listed again, it is switched on and the engine's reason for switching it off is cleared.
-    settings.RELIABILITY_ALERT_ALLOWED_HOSTS = [f"127.0.0.1:{receiver.server.server_address[1]}"]
+    settings.RELIABILITY_ALERT_ALLOWED_HOSTS = [f"127.0.0.1:{receiver.port}"]
     act(client, "alertchannel", "enable", channel.pk)
     channel.refresh_from_db()
     assert channel.enabled and channel.disabled_reason_code == "" and channel.disabled_at is None
@@ -318,7 +304,7 @@ def test_a_failed_test_notification_says_why_without_the_url_or_secret(client, r
     assert entry.detail_params["error_code"] == "http_500"
     assert entry.detail == "test notification not delivered: the receiver answered HTTP 500"
     stored = entry_text(entry) + " ".join(shown_messages(response))
-    assert SECRET not in stored and URL_PATH not in stored and str(receiver.server.server_address[1]) not in stored
+    assert SECRET not in stored and URL_PATH not in stored and str(receiver.port) not in stored
 
     receiver.stop()  # nothing listens there any more: the connection fails
     response = act(client, "alertchannel", "test", channel.pk)

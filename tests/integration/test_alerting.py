@@ -27,6 +27,7 @@ from dlq.models import (
 from tasks.models import IdempotencyRecord, SweeperHeartbeat, Task
 from tasks.runner import task_run
 from tasks.services import task_submit
+from tests.support import rule_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -362,19 +363,7 @@ def test_editing_a_rule_in_the_admin_keeps_its_state_and_fences_evaluators(admin
     dead_letter()
     evaluate(r)
     stale = AlertRule.objects.get(pk=r.pk)
-    response = admin_client.post(
-        f"/admin/dlq/alertrule/{r.pk}/change/",
-        {
-            "name": r.name,
-            "kind": "open_items",
-            "pipeline": "",
-            "enabled": "on",
-            "threshold": "5",
-            "window_seconds": "3600",
-            "lookback_days": "7",
-            "renotify_seconds": "3600",
-        },
-    )
+    response = admin_client.post(f"/admin/dlq/alertrule/{r.pk}/change/", rule_form(name=r.name))
     assert response.status_code == 302, response.content.decode()[:2000]
     edited = AlertRule.objects.get(pk=r.pk)
     assert edited.threshold == 5 and edited.state == AlertState.FIRING and edited.version == stale.version + 1
