@@ -16,6 +16,17 @@ class TasksConfig(AppConfig):
         from tasks.sweeper import Chore, chore_register
 
         registry.load_pipeline_modules()
+        # Django's Tasks framework run by the engine (tasks.backends): its pipelines, in every process.
+        # Imported only when configured: the framework is optional on Django 5.2 (the django-tasks backport).
+        ours = [
+            alias
+            for alias, params in (getattr(settings, "TASKS", None) or {}).items()
+            if params.get("BACKEND") == "tasks.backends.ReliabilityBackend"
+        ]
+        if ours:
+            from tasks.backends import configured_backends_load
+
+            configured_backends_load(ours)
         # The engine's own pipeline (completion callbacks), in every process like the console's.
         callback_pipeline.register()
         # The engine's own interval chore: the retention purge of finished tasks.

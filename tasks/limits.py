@@ -254,18 +254,25 @@ def _rows_ensure(model, pipeline: str, count: int, defaults: dict) -> None:
 # --- releasing held tasks ----------------------------------------------------------
 
 
-def held_tasks_release(*, pipeline: str, holds: Iterable[str], limit: int, overdue_only: bool = False) -> int:
+def held_tasks_release(
+    *,
+    pipeline: str,
+    holds: Iterable[str],
+    limit: int,
+    overdue_only: bool = False,
+    grace: timedelta = RATE_RELEASE_GRACE,
+) -> int:
     """Deliver up to ``limit`` of ``pipeline``'s tasks held for ``holds``, longest held first; how many.
 
-    ``overdue_only``: only rate-held tasks whose start time has come. Each
-    released task is delivered after commit and claimed as any other, so one
-    that still cannot start is held again.
+    ``overdue_only``: only tasks whose start time (``retry_at``) is ``grace``
+    past. Each released task is delivered after commit and claimed as any
+    other, so one that still cannot start is held again.
     """
     if limit <= 0:
         return 0
     held = Task.objects.filter(state=TaskState.QUEUED, pipeline=pipeline, hold__in=list(holds))
     if overdue_only:
-        held = held.filter(retry_at__lte=Now() - RATE_RELEASE_GRACE)
+        held = held.filter(retry_at__lte=Now() - grace)
     with transaction.atomic():
         rows = list(
             held.order_by("updated_at", "pk")
@@ -347,8 +354,10 @@ def held_tasks_sweep() -> int:
 
     Per pipeline with held tasks: those past their deadline (the claim fails
     them, whatever holds the pipeline: deadlines keep running), those
-    held for pause or concurrency that the gate lets start, and rate-held
-    ones whose scheduled delivery is overdue.
+    held for pause or concurrency that the gate lets start, rate-held
+    ones whose scheduled delivery is overdue, and those submitted with a
+    later start whose time has come (the sweeper is their only delivery:
+    no job waits in RQ's scheduler for them).
     """
     released = 0
     held = Task.objects.filter(state=TaskState.QUEUED).exclude(hold=TaskHold.NONE)
@@ -368,6 +377,14 @@ def held_tasks_sweep() -> int:
             released += held_tasks_release(
                 pipeline=pipeline, holds=[TaskHold.RATE], limit=RELEASE_BATCH_SIZE, overdue_only=True
             )
+        # Whatever the gate says: a released task's claim holds it again for pause or a limit.
+        released += held_tasks_release(
+            pipeline=pipeline,
+            holds=[TaskHold.START_TIME],
+            limit=RELEASE_BATCH_SIZE,
+            overdue_only=True,
+            grace=timedelta(0),
+        )
     return released
 
 

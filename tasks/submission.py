@@ -32,7 +32,7 @@ from tasks.delivery import deliver_on_commit
 from tasks.exceptions import InvalidTaskInput
 from tasks.idempotency import idempotency_abandon, idempotency_begin, idempotency_complete
 from tasks.json_text import unstorable_json
-from tasks.models import ApiClient, Task
+from tasks.models import ApiClient, Task, TaskHold
 from tasks.pipelines import Pipeline
 
 logger = logging.getLogger(__name__)
@@ -63,13 +63,20 @@ def canonical_json(value: Any) -> str:
 
 
 def request_fingerprint(
-    *, pipeline: str, input: Any, deadline_seconds: float | None, callback_url: str | None = None
+    *,
+    pipeline: str,
+    input: Any,
+    deadline_seconds: float | None,
+    callback_url: str | None = None,
+    start_at: datetime | None = None,
 ) -> str:
-    """SHA-256 of the canonical JSON of the request as submitted: pipeline, input, deadline, callback URL."""
+    """SHA-256 of the canonical JSON of the request as submitted: pipeline, input, deadline, callback URL, start."""
     body = {"pipeline": pipeline, "input": input, "deadline_seconds": deadline_seconds}
     if callback_url is not None:
         # Only when given: the fingerprints of requests without one (and their stored records) stay as they were.
         body["callback_url"] = callback_url
+    if start_at is not None:
+        body["start_at"] = start_at.isoformat()
     try:
         return hashlib.sha256(canonical_json(body).encode()).hexdigest()
     except (TypeError, ValueError) as exc:
@@ -86,16 +93,21 @@ def submission_create(
     client: ApiClient | None = None,
     respond: Responder | None = None,
     callback_url: str | None = None,
+    start_at: datetime | None = None,
 ) -> Submission:
     """Create a task (delivered after commit) or replay the one an earlier request with this key made.
 
     ``respond`` renders the response stored with the key (HTTP); raises
     ``UnknownPipeline``, ``InvalidTaskInput``, ``IdempotencyKeyReused`` or
-    ``IdempotencyKeyInUse``, and then nothing is stored.
+    ``IdempotencyKeyInUse``, and then nothing is stored. ``start_at`` (an
+    aware datetime) delays the start: the task waits held, with no job,
+    until the sweeper releases it at that time (``tasks.limits``).
     """
     deadline_at, deadline_seconds = resolve_deadline(deadline)
+    if start_at is not None and (not isinstance(start_at, datetime) or timezone.is_naive(start_at)):
+        raise InvalidTaskInput("start time must be a timezone-aware datetime")
     fingerprint = request_fingerprint(
-        pipeline=pipeline, input=input, deadline_seconds=deadline_seconds, callback_url=callback_url
+        pipeline=pipeline, input=input, deadline_seconds=deadline_seconds, callback_url=callback_url, start_at=start_at
     )
     reservation = None
     if idempotency_key is not None:
@@ -126,6 +138,7 @@ def submission_create(
                 key=idempotency_key,
                 fingerprint=fingerprint,
                 callback_url=callback_url or "",
+                start_at=start_at,
             )
             status, body = respond(task) if respond is not None else (None, None)
             if reservation is not None:
@@ -179,7 +192,11 @@ def _task_create(
     key: str | None,
     fingerprint: str,
     callback_url: str,
+    start_at: datetime | None = None,
 ) -> Task:
+    # A start in the future is a hold with its time (no job, no worker, no attempt used): the
+    # sweeper's pass over held tasks delivers it when that time has come on the database's clock.
+    delayed = start_at is not None and start_at > timezone.now()
     task = Task.objects.create(
         pipeline=spec.name,
         input=input,
@@ -191,9 +208,20 @@ def _task_create(
         idempotency_key=key,
         request_fingerprint=fingerprint,
         callback_url=callback_url,
+        hold=TaskHold.START_TIME if delayed else TaskHold.NONE,
+        retry_at=start_at if delayed else None,
     )
-    deliver_on_commit(task.pk, task.fencing_token, pipeline=task.pipeline)
-    logger.info("task submitted", extra={"event": "task_submitted", "task_id": str(task.pk), "pipeline": spec.name})
+    if not delayed:
+        deliver_on_commit(task.pk, task.fencing_token, pipeline=task.pipeline)
+    logger.info(
+        "task submitted",
+        extra={
+            "event": "task_submitted",
+            "task_id": str(task.pk),
+            "pipeline": spec.name,
+            "start_at": start_at.isoformat() if delayed else None,
+        },
+    )
     return task
 
 

@@ -59,6 +59,8 @@ class TaskHold(models.TextChoices):
     PAUSED = "paused", _("pipeline paused")
     CONCURRENCY = "concurrency", _("concurrency limit")
     RATE = "rate", _("rate limit")
+    # Submitted with a later start (a Django task's run_after): the sweeper releases it at retry_at.
+    START_TIME = "start_time", _("start time")
 
 
 class Task(ConcurrentTransitionMixin, models.Model):
@@ -82,7 +84,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
     generation = models.PositiveIntegerField(default=0)
 
     deadline = models.DateTimeField(null=True, blank=True)
-    # When a scheduled retry is due; for a task held by its pipeline's rate limit, when it may start.
+    # When a scheduled retry is due; for a task held by its pipeline's rate limit or its start time, when it may start.
     retry_at = models.DateTimeField(null=True, blank=True)
     # Why a QUEUED task waits without a job (tasks.limits); "" for every other task. The sweeper's
     # lost-delivery check skips held tasks: they are released (delivered) when they may start.
