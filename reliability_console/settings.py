@@ -183,8 +183,11 @@ RELIABILITY_MAX_CRASHES = env.integer("RELIABILITY_MAX_CRASHES", 3, minimum=1)
 RELIABILITY_REDELIVERY_GRACE_SECONDS = env.number("RELIABILITY_REDELIVERY_GRACE_SECONDS", 10, minimum=0)
 RELIABILITY_COMPENSATION_TIMEOUT_SECONDS = env.number("RELIABILITY_COMPENSATION_TIMEOUT_SECONDS", 30, minimum=0.1)
 RELIABILITY_DEFAULT_STEP_TIMEOUT_SECONDS = env.number("RELIABILITY_DEFAULT_STEP_TIMEOUT_SECONDS", 60, minimum=0.1)
+# The demo and the bench pipelines are this project's choice: the engine registers neither by itself (an embedding
+# project gets only its apps' pipelines.py and the modules it lists).
 RELIABILITY_PIPELINE_MODULES = env.list("RELIABILITY_PIPELINE_MODULES", ["tasks.demo.report_pipeline"])
-RELIABILITY_ENABLE_BENCH_PIPELINES = env.bool("RELIABILITY_ENABLE_BENCH_PIPELINES", False)
+if env.bool("RELIABILITY_ENABLE_BENCH_PIPELINES", False):
+    RELIABILITY_PIPELINE_MODULES.append("tasks.bench_pipelines")
 # Redaction (tasks.redaction): a structure's keys whose name matches RELIABILITY_REDACT_PATTERN have their
 # values redacted (and a task's input values under such keys are redacted wherever its errors and outputs
 # repeat them); RELIABILITY_REDACT_PATTERNS (a JSON array) adds rules to the engine's secret shapes.

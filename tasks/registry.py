@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import importlib
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import module_has_submodule
 
 from tasks.exceptions import ConfigurationError, UnknownPipeline
 
@@ -57,24 +59,40 @@ def all_pipelines() -> list[Pipeline]:
     return [_PIPELINES[name] for name in sorted(_PIPELINES)]
 
 
+# The module an installed app declares its pipelines in, found as Django's admin finds ``admin.py``.
+APP_PIPELINES_MODULE = "pipelines"
+
+
 def load_pipeline_modules() -> None:
-    """Import every module of ``RELIABILITY_PIPELINE_MODULES``, registering its pipelines.
+    """Import every installed app's ``pipelines.py`` and every module of ``RELIABILITY_PIPELINE_MODULES``.
 
     Called from ``TasksConfig.ready()``, so web, workers and the sweeper all
     stop at start-up when one cannot be imported, whatever it raised, with an
     ``ImproperlyConfigured`` naming the module and the cause on one line
     (a worker that started anyway would fail each of that pipeline's tasks).
+    The engine registers no pipeline of a deployment by default: the demo and
+    the bench pipelines are modules the standalone project lists.
     """
-    modules = list(settings.RELIABILITY_PIPELINE_MODULES)
-    if settings.RELIABILITY_ENABLE_BENCH_PIPELINES:
-        modules.append("tasks.bench_pipelines")
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except Exception as exc:
-            raise ImproperlyConfigured(
-                f"RELIABILITY_PIPELINE_MODULES: cannot import {module!r}: {import_failure(exc)}"
-            ) from exc
+    app_pipelines_discover(apps.get_app_configs())
+    # No setting is no extra module: an embedding project may declare all its pipelines in its apps.
+    for module in getattr(settings, "RELIABILITY_PIPELINE_MODULES", ()):
+        _pipeline_module_import(module, source="RELIABILITY_PIPELINE_MODULES")
+
+
+def app_pipelines_discover(app_configs: Iterable[AppConfig]) -> None:
+    """Import ``<app>.pipelines`` of each app that has one (``autodiscover_modules``, with the engine's errors)."""
+    for app_config in app_configs:
+        # Asked of the package first, as autodiscover_modules does: an app without the module is skipped, but an
+        # ImportError raised inside an existing one is that module's failure and stops the process.
+        if module_has_submodule(app_config.module, APP_PIPELINES_MODULE):
+            _pipeline_module_import(f"{app_config.name}.{APP_PIPELINES_MODULE}", source="INSTALLED_APPS")
+
+
+def _pipeline_module_import(module: str, *, source: str) -> None:
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        raise ImproperlyConfigured(f"{source}: cannot import {module!r}: {import_failure(exc)}") from exc
 
 
 def import_failure(exc: Exception) -> str:
