@@ -13,7 +13,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[dev,local]"
+	$(BIN)/pip install --quiet -e ".[dev,local,psycopg2]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -130,10 +130,9 @@ class Deployment:
         self.pool = WorkerPool(self.settings.workers, self.env, self.log_dir)
 
     def _create_database(self) -> None:
-        import psycopg2
+        from devtools import postgres
 
-        admin = psycopg2.connect(database_url(self.server_url, "postgres"))
-        admin.autocommit = True
+        admin = postgres.connect(database_url(self.server_url, "postgres"), autocommit=True)
         try:
             with admin.cursor() as cursor:
                 # Only ever the campaign's own database: FORCE ends sessions a crashed run left behind.
@@ -230,10 +229,9 @@ class Deployment:
             else:
                 self.cluster.stop()
         elif drop_database:
-            import psycopg2
+            from devtools import postgres
 
-            admin = psycopg2.connect(database_url(self.server_url, "postgres"))
-            admin.autocommit = True
+            admin = postgres.connect(database_url(self.server_url, "postgres"), autocommit=True)
             try:
                 with admin.cursor() as cursor:
                     cursor.execute(f'DROP DATABASE IF EXISTS "{self.settings.database}" WITH (FORCE)')

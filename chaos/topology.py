@@ -397,11 +397,11 @@ class PostgresCluster:
         if self.child is None or not self.child.alive():
             tail = self.child.tail() if self.child else ""
             raise DeploymentError(f"postgres exited:\n{tail}")
-        import psycopg2
+        from devtools import postgres
 
         try:
-            psycopg2.connect(f"{self.url}/postgres", connect_timeout=2).close()
-        except psycopg2.OperationalError:
+            postgres.connect(f"{self.url}/postgres", connect_timeout=2).close()
+        except postgres.OperationalError:
             return False
         return True
 

@@ -14,7 +14,7 @@ from django.utils.translation import gettext_noop
 
 # Names that Django's admin and the libraries show but that their own catalogues
 # do not translate into Chinese (yet): listed here so that makemessages puts them
-# in the project's catalogue, which takes precedence (LOCALE_PATHS).
+# in the project's catalogue (tasks/locale/), which takes precedence (LOCALE_PATHS).
 THIRD_PARTY_TEXTS = (
     # Django 5.2's app list table headers.
     gettext_noop("Model name"),
@@ -53,3 +53,13 @@ class ConsoleAdminSite(admin.AdminSite):
 
 class ConsoleAdminConfig(AdminConfig):
     default_site = "reliability_console.admin_site.ConsoleAdminSite"
+
+    def ready(self) -> None:
+        super().ready()
+        # Django 6.1 labels a select's empty choice "- Select an option -", which its Chinese catalogue does not
+        # translate; the standalone console keeps the dashes of 5.2 and 6.0 on every version. Django's own way
+        # to choose the label: an app's ready() sets BLANK_CHOICE_LABEL (absent before 6.1).
+        from django.db.models import fields
+
+        if hasattr(fields, "BLANK_CHOICE_LABEL"):
+            fields.BLANK_CHOICE_LABEL = fields.BLANK_CHOICE_DASH[0][1]

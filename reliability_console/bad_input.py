@@ -33,11 +33,13 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpR
 from django.utils.translation import gettext as _
 
 from tasks.api.errors import error_response
+from tasks.database_errors import refused_by_driver
 
 logger = logging.getLogger(__name__)
 
 NUL = "\x00"
-# What a filter value the database or the SQL compiler cannot use raises.
+# What a filter value the database or the SQL compiler cannot use raises (psycopg2's refusal of parameters that
+# do not fit the SQL, ``?x__range=abc``, is a TypeError or IndexError; psycopg 3's is tasks.database_errors').
 FILTER_ERRORS = (DataError, FieldError, ValidationError, ValueError, TypeError, IndexError)
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
@@ -97,7 +99,7 @@ class InvalidFilterMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        if not _is_admin_filter(request) or not isinstance(exception, FILTER_ERRORS):
+        if not _is_admin_filter(request) or not (isinstance(exception, FILTER_ERRORS) or refused_by_driver(exception)):
             return None
         return self._invalid_filter(request, exception)
 

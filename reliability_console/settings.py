@@ -6,6 +6,7 @@ import copy
 import importlib.util
 from pathlib import Path
 
+import django
 from django.core.exceptions import ImproperlyConfigured
 
 from reliability_console.config import (
@@ -103,7 +104,8 @@ WSGI_APPLICATION = "reliability_console.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # Templates ship inside the apps (dlq/templates/): the wheel has them.
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -124,7 +126,10 @@ LANGUAGE_CODE = env.str("LANGUAGE_CODE", "en")
 # The console speaks English and Simplified Chinese; LocaleMiddleware picks by
 # the browser's Accept-Language, falling back to LANGUAGE_CODE.
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
-LOCALE_PATHS = [BASE_DIR / "locale"]
+# The one catalogue ships inside the engine's package (tasks/locale/), so an engine-only deployment has its Chinese
+# too; an embedding project finds it as an app's catalogue. Listed here as well so that, as before, it takes
+# precedence over Django's and the libraries' own catalogues, and makemessages stores every app's strings in it.
+LOCALE_PATHS = [BASE_DIR / "tasks" / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
@@ -266,19 +271,45 @@ RELIABILITY_METRICS_ALLOWED_NETWORKS = validate_networks(
 PROMETHEUS_MULTIPROC_DIR = validate_directory("PROMETHEUS_MULTIPROC_DIR", env.str("PROMETHEUS_MULTIPROC_DIR"))
 
 # E-mail (alert channels): SMTP when EMAIL_HOST is set, else printed to the console.
-EMAIL_HOST = env.str("EMAIL_HOST")
-EMAIL_BACKEND = env.str(
-    "EMAIL_BACKEND",
-    "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST else "django.core.mail.backends.console.EmailBackend",
-)
-EMAIL_PORT = env.integer("EMAIL_PORT", 25, minimum=1, maximum=65535)
-EMAIL_HOST_USER = env.str("EMAIL_HOST_USER")
-EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD")
-EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", False)
-EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", False)
-if EMAIL_USE_TLS and EMAIL_USE_SSL:
+_email_host = env.str("EMAIL_HOST")
+_email_smtp = "django.core.mail.backends.smtp.EmailBackend"
+_email_console = "django.core.mail.backends.console.EmailBackend"
+_email_backend = env.str("EMAIL_BACKEND", _email_smtp if _email_host else _email_console)
+_email_smtp_options = {
+    "host": _email_host,
+    "port": env.integer("EMAIL_PORT", 25, minimum=1, maximum=65535),
+    "username": env.str("EMAIL_HOST_USER"),
+    "password": env.str("EMAIL_HOST_PASSWORD"),
+    "use_tls": env.bool("EMAIL_USE_TLS", False),
+    "use_ssl": env.bool("EMAIL_USE_SSL", False),
+    "timeout": env.number("EMAIL_TIMEOUT", 10, minimum=0.1),
+}
+if _email_smtp_options["use_tls"] and _email_smtp_options["use_ssl"]:
     raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL are mutually exclusive")
-EMAIL_TIMEOUT = env.number("EMAIL_TIMEOUT", 10, minimum=0.1)
+if django.VERSION >= (6, 1):
+    # Django 6.1 configures mail as MAILERS and deprecates every EMAIL_* setting (a warning on each read);
+    # 5.2 and 6.0 know only EMAIL_*. The environment variables stay the same. Only the SMTP backend takes
+    # these options: any other refuses an option it does not know.
+    MAILERS = {
+        "default": {
+            "BACKEND": _email_backend,
+            "OPTIONS": _email_smtp_options if _email_backend == _email_smtp else {},
+        }
+    }
+    if _email_backend == _email_console and not env.str("EMAIL_BACKEND"):
+        # With no SMTP server configured, e-mail channels print their messages (README, Configuration), in
+        # production too, as on 5.2 and 6.0; 6.1's deploy check calls the console backend an error. Silenced only
+        # for that default: a console backend asked for by name is still reported.
+        SILENCED_SYSTEM_CHECKS = ["mail.E001"]
+else:
+    EMAIL_BACKEND = _email_backend
+    EMAIL_HOST = _email_host
+    EMAIL_PORT = _email_smtp_options["port"]
+    EMAIL_HOST_USER = _email_smtp_options["username"]
+    EMAIL_HOST_PASSWORD = _email_smtp_options["password"]
+    EMAIL_USE_TLS = _email_smtp_options["use_tls"]
+    EMAIL_USE_SSL = _email_smtp_options["use_ssl"]
+    EMAIL_TIMEOUT = _email_smtp_options["timeout"]
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "reliability-console@localhost")
 
 REPORT_PLATFORM_URL = validate_http_url("REPORT_PLATFORM_URL", env.str("REPORT_PLATFORM_URL", "http://127.0.0.1:8765"))

@@ -47,6 +47,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, 
 from django.db.models.sql import UpdateQuery
 from django_fsm import ConcurrentTransition
 
+from tasks.database_errors import sqlstate
 from tasks.exceptions import LeaseLost
 from tasks.models import PipelineControl, Task
 
@@ -236,8 +237,15 @@ _pooler_seen = False
 
 
 def prepared_statements() -> bool:
-    """Whether fenced writes are prepared per session: only on a connection that is its own server session."""
-    return getattr(settings, "DATABASE_POOLER", "") != "transaction" and not _pooler_seen
+    """Whether fenced writes are prepared per session: only on a connection that is its own server session and
+    whose parameters Django binds on the client (its default)."""
+    return (
+        getattr(settings, "DATABASE_POOLER", "") != "transaction"
+        and not _pooler_seen
+        # psycopg 3 with Django's server_side_binding sends parameters apart, which EXECUTE cannot take
+        # ("there is no parameter $1"), and prepares a statement it sees often by itself.
+        and connections[DEFAULT_DB_ALIAS].settings_dict.get("OPTIONS", {}).get("server_side_binding") is not True
+    )
 
 
 def _execute(db, statement: _Statement, params: list) -> tuple | None:
@@ -255,7 +263,7 @@ def _execute(db, statement: _Statement, params: list) -> tuple | None:
                 prepared.add(statement.name)
             cursor.execute(statement.execute_sql, params)
         except DatabaseError as exc:
-            if getattr(exc.__cause__, "pgcode", None) not in POOLER_SIGNS:
+            if sqlstate(exc) not in POOLER_SIGNS:
                 raise
             # The session's statements are not what this connection prepared:
             # a pooler hands out server sessions per transaction (or someone
@@ -278,8 +286,9 @@ def _compile(expression) -> str:
     query = UpdateQuery(Task)
     compiler = query.get_compiler(connection=connection)
     sql, params = compiler.compile(expression.resolve_expression(query, allow_joins=False, for_save=True))
-    with connection.cursor() as cursor:
-        return cursor.mogrify(sql, params).decode()
+    # Django's own literal rendering: a psycopg2 cursor's mogrify returns bytes, psycopg 3's cursors other than
+    # ClientCursor have none.
+    return connection.ops.compose_sql(sql, params)
 
 
 @functools.cache

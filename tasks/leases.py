@@ -278,9 +278,10 @@ def lease_extend(*, task_id, fencing_token: int) -> bool:
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {table} SET {q('lease_expires_at')} = STATEMENT_TIMESTAMP() + make_interval(secs => %s) "
-                f"WHERE {q('id')} = %s AND {q('fencing_token')} = %s AND {q('state')} IN %s "
+                f"WHERE {q('id')} = %s AND {q('fencing_token')} = %s AND {q('state')} = ANY(%s) "
                 f"RETURNING {q('cancel_requested_at')} IS NOT NULL",
-                [lease_seconds(), task_id, fencing_token, tuple(LEASED_STATES)],
+                # An array with either driver (psycopg2 expands a tuple for "IN %s", psycopg 3 does not).
+                [lease_seconds(), task_id, fencing_token, list(LEASED_STATES)],
             )
             row = cursor.fetchone()
         if row is None:

@@ -164,8 +164,10 @@ class DLQItemAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, ad
         )
         return response
 
-    def get_actions(self, request):
-        actions = super().get_actions(request)
+    def get_actions(self, request, action_location=None):
+        # Django 6.1 asks for a location (the change list's or the change form's actions); 5.2 and 6.0 do not.
+        location = {} if action_location is None else {"action_location": action_location}
+        actions = super().get_actions(request, **location)
         for name, spec in ACTIONS.items():
             if not request.user.has_perm(spec.permission):
                 actions.pop(f"act_{name}", None)

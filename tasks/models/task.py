@@ -190,8 +190,9 @@ class Task(ConcurrentTransitionMixin, models.Model):
         return updated
 
     @classmethod
-    def from_db(cls, db, field_names, values):
-        instance = super().from_db(db, field_names, values)
+    def from_db(cls, db, field_names, values, **kwargs):
+        # kwargs: what newer Django versions pass on (6.1's fetch_mode).
+        instance = super().from_db(db, field_names, values, **kwargs)
         instance._loaded_fencing_token = instance.__dict__.get("fencing_token")
         return instance
 

@@ -12,10 +12,10 @@ import subprocess
 import sys
 import uuid
 
-import psycopg2
 import pytest
 from django.conf import settings
 
+from devtools import postgres
 from tests.support import ROOT, ManagedProcess, WorkerPool, manage, process_env, wait_for
 
 pytestmark = pytest.mark.acceptance
@@ -40,8 +40,7 @@ def engine_only_env(clean_redis):
     db = settings.DATABASES["default"]
     name = f"rc_engine_only_{uuid.uuid4().hex[:8]}"
     server = {"host": db.get("HOST") or "127.0.0.1", "port": db.get("PORT") or 5432, "user": db.get("USER")}
-    admin = psycopg2.connect(dbname="postgres", password=db.get("PASSWORD") or None, **server)
-    admin.autocommit = True
+    admin = postgres.connect(dbname="postgres", password=db.get("PASSWORD") or None, autocommit=True, **server)
     with admin.cursor() as cursor:
         cursor.execute(f'CREATE DATABASE "{name}"')
     user = server["user"] or "postgres"

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.db.backends.postgresql.psycopg_any import is_psycopg3
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -236,6 +237,35 @@ def test_behind_a_transaction_pooler_nothing_is_prepared(settings, pooler):
         0: {"a": 1},
         1: {"b": "100%"},
     }
+
+
+@pytest.fixture
+def server_side_binding():
+    """The default connection as a project on psycopg 3 may configure it: parameters bound on the server."""
+    options = connection.settings_dict.setdefault("OPTIONS", {})
+    connection.close()
+    options["server_side_binding"] = True
+    yield
+    connection.close()
+    del options["server_side_binding"]
+
+
+@pytest.mark.skipif(not is_psycopg3, reason="server-side binding is psycopg 3's option")
+def test_with_server_side_binding_a_step_is_sent_as_the_plain_statement(server_side_binding):
+    task = task_submit(pipeline="t_local", input={})
+    claim = task_claim(task_id=str(task.pk), owner="w1")
+    with connection.cursor() as cursor:
+        assert type(cursor.cursor).__name__ == "ServerBindingCursor"
+
+    with CaptureQueriesContext(connection) as queries:
+        step_succeeded(claim=claim, record=record(0, "local_a"), output={"a": "50%"}, used_keys={}, is_last=False)
+        step_succeeded(claim=claim, record=record(1, "local_b"), output={"b": 2}, used_keys={}, is_last=True)
+
+    # EXECUTE takes no bound parameters ("there is no parameter $1"); psycopg 3 prepares what it sees often itself.
+    assert [query["sql"].split()[0] for query in queries] == ["WITH", "WITH"]
+    assert Task.objects.get(pk=task.pk).state == "succeeded"
+    outputs = dict(Checkpoint.objects.filter(task=task).values_list("step_index", "output"))
+    assert outputs == {0: {"a": "50%"}, 1: {"b": 2}}
 
 
 def test_the_heartbeat_extends_the_lease_until_its_task_ends():
