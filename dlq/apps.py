@@ -1,6 +1,8 @@
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
+CONSOLE_INDEX_TEMPLATE = "dlq/admin/index.html"
+
 
 class DlqConfig(AppConfig):
     name = "dlq"
@@ -11,6 +13,8 @@ class DlqConfig(AppConfig):
         # entry point and its sweeper chores in every process (web, workers,
         # the sweeper), whatever RELIABILITY_PIPELINE_MODULES says, and audits
         # every cancel, pipeline control change and API client change, whoever asked for it.
+        from django.contrib import admin
+
         from dlq import chores, client_audit, control_audit
         from dlq.alerting import pipeline
         from dlq.bulk import RUN_BULK_ENTRY_POINT
@@ -21,3 +25,8 @@ class DlqConfig(AppConfig):
         chores.chores_register()
         control_audit.receivers_connect()
         client_audit.receivers_connect()
+        # The index with the console's Operations module, under a name of the console's own: Django's app template
+        # loader takes the first app in INSTALLED_APPS holding a name, so an override called admin/index.html would
+        # lose to django.contrib.admin's whenever dlq is listed after it. A site's own index_template wins.
+        if admin.site.index_template is None:
+            admin.site.index_template = CONSOLE_INDEX_TEMPLATE

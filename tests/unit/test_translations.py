@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-CATALOGUE = ROOT / "locale" / "zh_Hans" / "LC_MESSAGES"
+# Inside the engine's package, so that the wheel ships it.
+CATALOGUE = ROOT / "tasks" / "locale" / "zh_Hans" / "LC_MESSAGES"
 
 
 def entries(po_text: str) -> list[tuple[str, str]]:
