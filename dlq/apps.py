@@ -8,6 +8,18 @@ class DlqConfig(AppConfig):
     name = "dlq"
     verbose_name = _("Dead-letter queue")
 
+    def import_models(self) -> None:
+        # The console's models are views of the engine's (dlq.models imports tasks.models): without the engine
+        # installed, one line naming the fix instead of a RuntimeError from deep inside a model import.
+        from django.apps import apps
+        from django.core.exceptions import ImproperlyConfigured
+
+        if not apps.is_installed("tasks"):
+            raise ImproperlyConfigured(
+                'INSTALLED_APPS lists dlq without tasks: the console needs the engine; add "tasks" before "dlq"'
+            )
+        super().import_models()
+
     def ready(self) -> None:
         # The console composes the engine: it registers its pipeline, its RQ
         # entry point and its sweeper chores in every process (web, workers,
@@ -15,7 +27,7 @@ class DlqConfig(AppConfig):
         # every cancel, pipeline control change and API client change, whoever asked for it.
         from django.contrib import admin
 
-        from dlq import chores, client_audit, control_audit
+        from dlq import checks, chores, client_audit, control_audit  # noqa: F401 (checks: registers them)
         from dlq.alerting import pipeline
         from dlq.bulk import RUN_BULK_ENTRY_POINT
         from tasks.jobs import entry_point_register

@@ -13,13 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from dlq.audit_details import AUDIT_PURGED, NO_DETAIL, PERMISSION_DENIED, AuditDetail
+from dlq.conf import console_settings
 from dlq.models import AuditEntry, AuditOutcome
 from reliability_console.refusal_log import refusal_logged
+from tasks.conf import engine_settings
 from tasks.retention import PurgeRun, purge_batches, retention_purge_record
 
 logger = logging.getLogger(__name__)
@@ -212,13 +213,13 @@ def audit_entries_purge(
 
 def audit_entries_purge_due() -> int:
     """The sweeper's chore: one bounded run when ``RELIABILITY_AUDIT_RETENTION_DAYS`` is set; entries deleted."""
-    days = settings.RELIABILITY_AUDIT_RETENTION_DAYS
+    days = console_settings.AUDIT_RETENTION_DAYS
     if not days:
         return 0
     report = audit_entries_purge(
         older_than=timedelta(days=days),
         max_seconds=SWEEPER_RUN_SECONDS,
-        pause_ratio=settings.RELIABILITY_PURGE_PAUSE_RATIO,
+        pause_ratio=engine_settings.PURGE_PAUSE_RATIO,
     )
     return report.entries
 

@@ -21,7 +21,6 @@ import logging
 import time
 from datetime import timedelta
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import F
@@ -41,6 +40,7 @@ from dlq.actions import (
 )
 from dlq.audit import audit_denied, audit_record, text_bounded
 from dlq.audit_details import BULK_ITEMS, BULK_SELF_APPROVAL, CANARY_FAILED, AuditDetail
+from dlq.conf import console_settings
 from dlq.models import AuditOutcome, BulkOperation, BulkStatus, ResolutionCode
 from tasks.delivery import get_queue
 from tasks.exceptions import ReliabilityError
@@ -116,7 +116,7 @@ def bulk_operation_request(
         raise BulkRefused(gettext("no items match this filter"))
     if len(item_ids) > MAX_ITEMS:
         raise BulkRefused(gettext("at most %(n)d items per bulk action; narrow the filter") % {"n": MAX_ITEMS})
-    needs_approval = len(item_ids) > settings.RELIABILITY_BULK_APPROVAL_THRESHOLD
+    needs_approval = len(item_ids) > console_settings.BULK_APPROVAL_THRESHOLD
     with transaction.atomic():
         operation = BulkOperation.objects.create(
             action=action,
@@ -127,9 +127,9 @@ def bulk_operation_request(
             requested_by=username,
             status=BulkStatus.AWAITING_APPROVAL if needs_approval else BulkStatus.RUNNING,
             total=len(item_ids),
-            canary_size=settings.RELIABILITY_BULK_CANARY_SIZE,
-            canary_max_failure_rate=settings.RELIABILITY_BULK_CANARY_MAX_FAILURE_RATE,
-            rate_per_second=settings.RELIABILITY_BULK_RATE_PER_SECOND,
+            canary_size=console_settings.BULK_CANARY_SIZE,
+            canary_max_failure_rate=console_settings.BULK_CANARY_MAX_FAILURE_RATE,
+            rate_per_second=console_settings.BULK_RATE_PER_SECOND,
             client_ip=client_ip,
         )
         _audit(operation, username, "bulk_request", "", operation.status, reason, client_ip)

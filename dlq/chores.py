@@ -10,11 +10,11 @@
 
 from __future__ import annotations
 
-from django.conf import settings
-
 from dlq.alerting.rules import alerts_evaluate
 from dlq.audit import audit_entries_purge_due
 from dlq.bulk import bulk_operations_redeliver_stale
+from dlq.conf import console_settings
+from tasks.conf import engine_settings
 from tasks.dead_letters import dead_letters_purge_resolved
 from tasks.sweeper import Chore, chore_register
 
@@ -26,7 +26,7 @@ def _evaluate_alerts() -> int:
 def chores_register() -> None:
     chore_register(Chore("bulk_redelivered", bulk_operations_redeliver_stale))
     chore_register(Chore("dlq_items_purged", dead_letters_purge_resolved))
-    chore_register(Chore("alerts_evaluated", _evaluate_alerts, interval=settings.RELIABILITY_ALERT_INTERVAL_SECONDS))
+    chore_register(Chore("alerts_evaluated", _evaluate_alerts, interval=console_settings.ALERT_INTERVAL_SECONDS))
     chore_register(
-        Chore("audit_entries_purged", audit_entries_purge_due, interval=settings.RELIABILITY_PURGE_INTERVAL_SECONDS)
+        Chore("audit_entries_purged", audit_entries_purge_due, interval=engine_settings.PURGE_INTERVAL_SECONDS)
     )

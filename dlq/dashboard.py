@@ -14,7 +14,6 @@ import datetime as dt
 import logging
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db import connection, models
 from django.db.models import Count, Max, Min, QuerySet
 from django.db.models.functions import TruncHour
@@ -29,8 +28,10 @@ from rq import Worker
 from dlq.actions import action_label
 from dlq.activity import MinuteActivity, minute_activity
 from dlq.audit import AUDIT_PURGE_KIND
+from dlq.conf import console_settings
 from dlq.models import AlertEvent, AlertRule, AlertState, AuditEntry, AuditOutcome, DLQItem, DLQStatus
 from dlq.selectors import FailureGroup
+from tasks.conf import engine_settings
 from tasks.delivery import QueueBacklog, get_queue, queue_backlogs
 from tasks.limits import held_counts
 from tasks.models import (
@@ -281,7 +282,7 @@ def sweeper_status(*, now: dt.datetime) -> SweeperStatus:
     """When a sweeper last completed a sweep, and whether that is too long ago."""
     # One row per sweeper process ever started: a small table, no window needed.
     last_run_at = SweeperHeartbeat.objects.aggregate(last=Max("last_run_at"))["last"]
-    stale_after = dt.timedelta(seconds=SWEEPER_MISSED_SWEEPS * settings.RELIABILITY_SWEEP_INTERVAL_SECONDS)
+    stale_after = dt.timedelta(seconds=SWEEPER_MISSED_SWEEPS * engine_settings.SWEEP_INTERVAL_SECONDS)
     return SweeperStatus(as_of=now, last_run_at=last_run_at, stale_after=stale_after)
 
 
@@ -495,11 +496,9 @@ def data_held(*, now: dt.datetime) -> DataHeld:
             HeldRows(label=str(label), table=model._meta.db_table, rows=rows.get(model._meta.db_table, 0))
             for label, model in HELD_TABLES
         ],
-        tasks=PurgeStatus(
-            as_of=now, retention_days=settings.RELIABILITY_TASK_RETENTION_DAYS, last=purges.get(TASKS_KIND)
-        ),
+        tasks=PurgeStatus(as_of=now, retention_days=engine_settings.TASK_RETENTION_DAYS, last=purges.get(TASKS_KIND)),
         audit=PurgeStatus(
-            as_of=now, retention_days=settings.RELIABILITY_AUDIT_RETENTION_DAYS, last=purges.get(AUDIT_PURGE_KIND)
+            as_of=now, retention_days=console_settings.AUDIT_RETENTION_DAYS, last=purges.get(AUDIT_PURGE_KIND)
         ),
     )
 

@@ -19,7 +19,6 @@ import hmac
 import ipaddress
 import logging
 
-from django.conf import settings
 from django.db.models import Count, Max, Min, Sum
 from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
@@ -27,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from dlq.alerting.models import AlertChannelKind, AlertKind
+from dlq.conf import console_settings
 from dlq.metrics import label_kind
 from dlq.models import UNRESOLVED_STATUSES, AlertChannel, AlertRule, AlertState, DLQItem
 from tasks import registry
@@ -232,8 +232,8 @@ class _ProcessLocal:
 def metrics_render() -> bytes:
     """The exposition text of every metric the console exports."""
     registry = CollectorRegistry(auto_describe=False)
-    if settings.PROMETHEUS_MULTIPROC_DIR:
-        MultiProcessCollector(registry, path=settings.PROMETHEUS_MULTIPROC_DIR)
+    if console_settings.PROMETHEUS_MULTIPROC_DIR:
+        MultiProcessCollector(registry, path=console_settings.PROMETHEUS_MULTIPROC_DIR)
     else:
         registry.register(_ProcessLocal())
     registry.register(StateCollector())
@@ -248,8 +248,8 @@ def metrics_access(*, authorization: str, remote_addr: str) -> tuple[int, str]:
 
     With a token and networks both configured, a scrape needs both.
     """
-    token = settings.RELIABILITY_METRICS_TOKEN
-    networks = settings.RELIABILITY_METRICS_ALLOWED_NETWORKS
+    token = console_settings.METRICS_TOKEN
+    networks = console_settings.METRICS_ALLOWED_NETWORKS
     if not token and not networks:
         return 403, "metrics are disabled: set RELIABILITY_METRICS_TOKEN or RELIABILITY_METRICS_ALLOWED_NETWORKS"
     if networks:
@@ -257,7 +257,8 @@ def metrics_access(*, authorization: str, remote_addr: str) -> tuple[int, str]:
             address = ipaddress.ip_address(remote_addr)
         except ValueError:
             return 403, "client address not allowed"
-        if not any(address in network for network in networks):
+        # An embedding project may list CIDR text; the standalone settings give ipaddress networks.
+        if not any(address in ipaddress.ip_network(network, strict=False) for network in networks):
             return 403, "client address not allowed"
     if token:
         scheme, _, presented = authorization.partition(" ")

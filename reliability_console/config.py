@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
@@ -17,6 +16,7 @@ from urllib.parse import urlparse
 from django.core.exceptions import ImproperlyConfigured
 
 from reliability_console.sentinel import SentinelConnection, SentinelSSLConnection
+from tasks import setting_rules
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
@@ -188,15 +188,16 @@ def redis_connection_config(
     return config
 
 
+# The engine's rules judge a value (tasks.setting_rules, also used by its system checks); here they refuse one
+# at start-up.
+def _refused(problem: str | None) -> None:
+    if problem:
+        raise ImproperlyConfigured(problem)
+
+
 def validate_http_url(name: str, url: str) -> str:
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ImproperlyConfigured(f"{name}={url!r} must be an http:// or https:// URL")
+    _refused(setting_rules.http_url(name, url))
     return url.rstrip("/")
-
-
-# A host name or IP address (no scheme, path or credentials), optionally with a port.
-CALLBACK_HOST_ENTRY = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(:[0-9]{1,5})?$")
 
 
 def validate_callback_hosts(name: str, values: list[str]) -> list[str]:
@@ -204,9 +205,7 @@ def validate_callback_hosts(name: str, values: list[str]) -> list[str]:
     anything else is refused."""
     hosts = []
     for value in values:
-        match = CALLBACK_HOST_ENTRY.fullmatch(value)
-        if match is None or (match.group(2) and not 0 < int(match.group(2)[1:]) < 65536):
-            raise ImproperlyConfigured(f"{name}: {value!r} is not a host or host:port (e.g. hooks.example.com:443)")
+        _refused(setting_rules.host_problem(name, value))
         hosts.append(value.lower())
     return hosts
 
@@ -222,12 +221,7 @@ def redact_url(url: str) -> str:
 
 def validate_regex(name: str, pattern: str) -> str:
     """``pattern`` if it compiles and cannot match an empty string (which would match everywhere)."""
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        raise ImproperlyConfigured(f"{name}: {pattern!r} is not a regular expression: {exc}") from None
-    if regex.search(""):
-        raise ImproperlyConfigured(f"{name}: {pattern!r} matches the empty string, so it would match everything")
+    _refused(setting_rules.regex_problem(name, pattern))
     return pattern
 
 
@@ -251,10 +245,8 @@ def validate_networks(name: str, values: list[str]) -> list:
 
     networks = []
     for value in values:
-        try:
-            networks.append(ipaddress.ip_network(value, strict=False))
-        except ValueError:
-            raise ImproperlyConfigured(f"{name}: {value!r} is not an IP network (use CIDR, e.g. 10.0.0.0/8)") from None
+        _refused(setting_rules.network_problem(name, value))
+        networks.append(ipaddress.ip_network(value, strict=False))
     return networks
 
 

@@ -11,7 +11,8 @@ class TasksConfig(AppConfig):
         # process and in every worker alike: a worker runs only what is registered.
         from django.conf import settings
 
-        from tasks import callback_pipeline, registry
+        from tasks import callback_pipeline, checks, registry  # noqa: F401 (checks: registers the system checks)
+        from tasks.conf import engine_settings
         from tasks.retention import finished_tasks_purge_due
         from tasks.sweeper import Chore, chore_register
 
@@ -31,7 +32,5 @@ class TasksConfig(AppConfig):
         callback_pipeline.register()
         # The engine's own interval chore: the retention purge of finished tasks.
         chore_register(
-            Chore(
-                "finished_tasks_purged", finished_tasks_purge_due, interval=settings.RELIABILITY_PURGE_INTERVAL_SECONDS
-            )
+            Chore("finished_tasks_purged", finished_tasks_purge_due, interval=engine_settings.PURGE_INTERVAL_SECONDS)
         )

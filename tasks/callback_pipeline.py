@@ -27,11 +27,10 @@ compensate), with the usual reasons; the original task is not touched.
 
 from __future__ import annotations
 
-from django.conf import settings
-
 from tasks import registry
 from tasks.callbacks import CALLBACK_PIPELINE, callback_url_check
 from tasks.clients import signing_secrets
+from tasks.conf import engine_settings
 from tasks.exceptions import InvalidTaskInput, PermanentError
 from tasks.models import ApiClient
 from tasks.outbound import resolved_addresses
@@ -52,8 +51,8 @@ def _build() -> Pipeline:
     pipeline = Pipeline(
         CALLBACK_PIPELINE,
         retry=RetryPolicy(
-            max_attempts=settings.RELIABILITY_CALLBACK_MAX_ATTEMPTS,
-            base_delay=settings.RELIABILITY_CALLBACK_RETRY_BASE_SECONDS,
+            max_attempts=engine_settings.CALLBACK_MAX_ATTEMPTS,
+            base_delay=engine_settings.CALLBACK_RETRY_BASE_SECONDS,
             factor=BACKOFF_FACTOR,
             max_delay=MAX_BACKOFF_SECONDS,
         ),

@@ -26,9 +26,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.conf import settings
-
 from tasks.api.errors import json_bytes
+from tasks.conf import engine_settings
 from tasks.exceptions import IdempotencyKeyReused, InvalidTaskInput
 from tasks.models import Task, TaskState
 from tasks.outbound import OutboundPolicy, OutboundUrlRefused, Resolver, outbound_url_check
@@ -55,7 +54,7 @@ def callback_policy() -> OutboundPolicy:
     return OutboundPolicy(
         what="callback_url",
         setting="RELIABILITY_CALLBACK_ALLOWED_HOSTS",
-        allowed_hosts=settings.RELIABILITY_CALLBACK_ALLOWED_HOSTS,
+        allowed_hosts=engine_settings.CALLBACK_ALLOWED_HOSTS,
         off_message="callbacks are off on this server",
     )
 
@@ -107,7 +106,7 @@ def callback_submit(*, task: Task) -> Task | None:
             input=callback_input,
             idempotency_key=key,
             scope=CALLBACK_SCOPE,
-            deadline=settings.RELIABILITY_CALLBACK_DEADLINE_SECONDS,
+            deadline=engine_settings.CALLBACK_DEADLINE_SECONDS,
         )
     except IdempotencyKeyReused:
         submission = None

@@ -21,11 +21,11 @@ import os
 import secrets
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from tasks.conf import engine_settings
 from tasks.exceptions import ReliabilityError
 from tasks.models import ApiClient
 
@@ -152,7 +152,7 @@ def api_client_signing_secret(
                 return client.signing_secret
             fields = ["signing_secret"]
             if client.signing_secret:
-                grace = timedelta(seconds=settings.RELIABILITY_CALLBACK_SECRET_GRACE_SECONDS)
+                grace = timedelta(seconds=engine_settings.CALLBACK_SECRET_GRACE_SECONDS)
                 client.previous_signing_secret = client.signing_secret
                 client.previous_signing_secret_expires_at = timezone.now() + grace
                 fields += ["previous_signing_secret", "previous_signing_secret_expires_at"]

@@ -12,10 +12,9 @@ import logging
 import time
 from dataclasses import dataclass
 
-from django.conf import settings
-
 from tasks import registry
 from tasks.attempts import attempt_run
+from tasks.conf import engine_settings
 from tasks.context import StepContext
 from tasks.exceptions import UnknownPipeline
 from tasks.leases import Claim
@@ -60,7 +59,7 @@ def run_compensation(claim: Claim) -> None:
             name=step.name,
             function=step.compensate,
             output=claim.outputs.get(step.name),
-            timeout=step.compensation_timeout or settings.RELIABILITY_COMPENSATION_TIMEOUT_SECONDS,
+            timeout=step.compensation_timeout or engine_settings.COMPENSATION_TIMEOUT_SECONDS,
             policy=step.compensation_retry,
         )
         if error:
@@ -76,7 +75,7 @@ def run_compensation(claim: Claim) -> None:
             name=FAILURE_NOTICE_STEP_NAME,
             function=pipeline.on_failure,
             output=None,
-            timeout=pipeline.on_failure_timeout or settings.RELIABILITY_COMPENSATION_TIMEOUT_SECONDS,
+            timeout=pipeline.on_failure_timeout or engine_settings.COMPENSATION_TIMEOUT_SECONDS,
             policy=pipeline.retry,
         )
         if error:

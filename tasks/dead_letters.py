@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.conf import settings
 from django.utils import timezone
 
 from tasks import metrics
 from tasks.classify import Classification
+from tasks.conf import engine_settings
 from tasks.fenced_writes import task_save_guarded
 from tasks.models import (
     UNRESOLVED_STATUSES,
@@ -103,7 +103,7 @@ def dead_letter_resolve(*, task: Task, resolution: ResolutionCode, note: str) ->
 
 def dead_letters_purge_resolved(*, batch_size: int = PURGE_BATCH_SIZE) -> int:
     """Delete resolved items older than ``RELIABILITY_DLQ_RETENTION_DAYS`` (never when it is 0)."""
-    days = settings.RELIABILITY_DLQ_RETENTION_DAYS
+    days = engine_settings.DLQ_RETENTION_DAYS
     if not days:
         return 0
     cutoff = timezone.now() - timedelta(days=days)

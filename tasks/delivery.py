@@ -15,14 +15,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import django_rq
-from django.conf import settings
 from django.db import transaction
 from django_rq.connection_utils import filter_connection_params
 from redis import Redis
 from redis.exceptions import RedisError
 from rq.job import JobStatus
+from rq.serializers import JSONSerializer
 from rq.utils import utcparse
 
+from tasks.conf import engine_settings
 from tasks.queues import default_queue, queue_for_pipeline, queue_names
 
 if TYPE_CHECKING:
@@ -32,6 +33,9 @@ logger = logging.getLogger(__name__)
 
 # The one RQ entry point of the engine (tasks.jobs.run_task; see tasks.worker: nothing unregistered runs).
 RUN_TASK_ENTRY_POINT = "tasks.jobs.run_task"
+# Every job of the engine's queues is one (a dotted path: tasks.worker imports the engine's runner side).
+RELIABILITY_JOB_CLASS = "tasks.worker.ReliabilityJob"
+NO_JOB_TIMEOUT = -1
 # Job results are worthless (the database has the outcome); failed jobs are
 # kept for a day so the failed-jobs count (the Queues page) still shows them.
 JOB_RESULT_TTL = 0
@@ -55,7 +59,7 @@ _clients: dict[str, Redis] = {}
 def redis_client() -> Redis:
     """The process's client of the engine's Redis (as configured in ``RQ_QUEUES``, directly or through Sentinel)."""
     # Every queue has the same connection settings (a worker's queues share one connection).
-    config = settings.RQ_QUEUES[default_queue()]
+    config = engine_settings.RQ_QUEUES[default_queue()]
     key = repr(sorted(filter_connection_params(config).items()))
     client = _clients.get(key)
     if client is None:
@@ -64,8 +68,19 @@ def redis_client() -> Redis:
 
 
 def get_queue(name: str | None = None):
-    """The engine's RQ queue ``name`` (the default queue when None), on the process's Redis client."""
-    return django_rq.get_queue(name or default_queue(), connection=redis_client())
+    """The engine's RQ queue ``name`` (the default queue when None), on the process's Redis client.
+
+    JSON, the engine's job class and no RQ job timeout whatever ``RQ_QUEUES`` says: the workers read only
+    JSON (``ReliabilityWorker``), a pickled payload would be code, and RQ's timeout would kill a healthy
+    long pipeline between two steps (the engine times each step itself).
+    """
+    return django_rq.get_queue(
+        name or default_queue(),
+        connection=redis_client(),
+        serializer=JSONSerializer,
+        job_class=RELIABILITY_JOB_CLASS,
+        default_timeout=NO_JOB_TIMEOUT,
+    )
 
 
 @dataclass(frozen=True)

@@ -42,11 +42,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, models, transaction
 from django.db.models.sql import UpdateQuery
 from django_fsm import ConcurrentTransition
 
+from tasks.conf import engine_settings
 from tasks.database_errors import sqlstate
 from tasks.exceptions import LeaseLost
 from tasks.models import PipelineControl, Task
@@ -240,7 +240,7 @@ def prepared_statements() -> bool:
     """Whether fenced writes are prepared per session: only on a connection that is its own server session and
     whose parameters Django binds on the client (its default)."""
     return (
-        getattr(settings, "DATABASE_POOLER", "") != "transaction"
+        engine_settings.DATABASE_POOLER != "transaction"
         and not _pooler_seen
         # psycopg 3 with Django's server_side_binding sends parameters apart, which EXECUTE cannot take
         # ("there is no parameter $1"), and prepares a statement it sees often by itself.

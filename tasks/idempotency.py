@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from tasks.conf import engine_settings
 from tasks.exceptions import IdempotencyKeyInUse, IdempotencyKeyReused
 from tasks.models import IdempotencyRecord, IdempotencyState, Task
 
@@ -43,7 +43,7 @@ class Reservation:
 
 
 def idempotency_begin(*, scope: str, key: str, fingerprint: str) -> Reservation:
-    deadline = time.monotonic() + settings.RELIABILITY_IDEMPOTENCY_WAIT_SECONDS
+    deadline = time.monotonic() + engine_settings.IDEMPOTENCY_WAIT_SECONDS
     while True:
         now = timezone.now()
         try:
@@ -53,7 +53,7 @@ def idempotency_begin(*, scope: str, key: str, fingerprint: str) -> Reservation:
                     key=key,
                     fingerprint=fingerprint,
                     locked_at=now,
-                    expires_at=now + timedelta(seconds=settings.RELIABILITY_IDEMPOTENCY_TTL_SECONDS),
+                    expires_at=now + timedelta(seconds=engine_settings.IDEMPOTENCY_TTL_SECONDS),
                 )
             return Reservation(record=record, owned=True)
         except IntegrityError:
@@ -72,7 +72,7 @@ def idempotency_begin(*, scope: str, key: str, fingerprint: str) -> Reservation:
         if record.state == IdempotencyState.COMPLETED:
             IdempotencyRecord.objects.filter(pk=record.pk).update(replay_count=F("replay_count") + 1)
             return Reservation(record=record, owned=False)
-        stale_before = now - timedelta(seconds=settings.RELIABILITY_IDEMPOTENCY_LOCK_SECONDS)
+        stale_before = now - timedelta(seconds=engine_settings.IDEMPOTENCY_LOCK_SECONDS)
         if record.locked_at <= stale_before:
             # The owner died mid-request: take the record over (one taker wins).
             taken = IdempotencyRecord.objects.filter(

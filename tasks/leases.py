@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from tasks import interrupts, limits
+from tasks.conf import engine_settings
 from tasks.exceptions import LeaseLost
 from tasks.fenced_writes import one_statement, task_save_fenced
 from tasks.limits_policy import OPEN_GATE, ControlValues, Gate
@@ -50,7 +50,7 @@ class Claim:
 
 
 def lease_seconds() -> float:
-    return float(settings.RELIABILITY_LEASE_SECONDS)
+    return float(engine_settings.LEASE_SECONDS)
 
 
 def task_claim(*, task_id: str, owner: str) -> Claim | None:

@@ -17,7 +17,6 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -25,6 +24,7 @@ from tasks import limits, metrics, registry
 from tasks.attempts import AttemptRecord
 from tasks.callbacks import callback_submit
 from tasks.classify import Classification
+from tasks.conf import engine_settings
 from tasks.dead_letters import dead_letter_open, dead_letter_resolve, dead_letter_set_status
 from tasks.delivery import deliver_on_commit
 from tasks.exceptions import UnknownPipeline
@@ -299,7 +299,7 @@ def lease_expired(*, task: Task) -> LeaseExpiry:
     metrics.lease_expired(pipeline=task.pipeline)
     if running:
         _attempt_metrics(task, record)
-    if task.crash_count + 1 < settings.RELIABILITY_MAX_CRASHES:
+    if task.crash_count + 1 < engine_settings.MAX_CRASHES:
         if running:
             task.requeue_after_lease_expiry()
             _run_ended(task)

@@ -10,9 +10,8 @@ so a job delivered again lands where the first one did.
 
 from __future__ import annotations
 
-from django.conf import settings
-
 from tasks import registry
+from tasks.conf import engine_settings
 from tasks.exceptions import ConfigurationError, UnknownPipeline
 
 # The engine's own notifications (alert deliveries, completion callbacks) go first: an operator
@@ -22,11 +21,11 @@ CRITICAL_QUEUE = "critical"
 
 def queue_names() -> tuple[str, ...]:
     """The engine's queues, highest priority first (what a worker started without arguments listens to)."""
-    return tuple(settings.RELIABILITY_QUEUES)
+    return tuple(engine_settings.QUEUES)
 
 
 def default_queue() -> str:
-    return settings.RELIABILITY_QUEUE
+    return engine_settings.QUEUE
 
 
 def queue_check(queue: str, *, pipeline: str) -> str:

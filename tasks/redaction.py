@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote_plus
 
-from django.conf import settings
+from tasks.conf import engine_settings
 
 REDACTED = "[redacted]"
 # Nested payloads deeper than this are cut rather than walked.
@@ -175,7 +175,7 @@ _compiled: tuple[Any, _RuleSet | None] = (None, None)
 
 def _configured_rules() -> _RuleSet:
     global _compiled
-    extra = settings.RELIABILITY_REDACT_PATTERNS
+    extra = engine_settings.REDACT_PATTERNS
     seen, rule_set = _compiled
     if rule_set is None or seen is not extra:
         rule_set = _rule_set(extra)
@@ -203,7 +203,7 @@ def redact(value: Any, pattern: str | None = None, _depth: int = 0, *, secrets: 
     ``pattern`` is the key-name rule (default ``RELIABILITY_REDACT_PATTERN``);
     ``secrets`` are literal values to remove as well (``input_secrets``).
     """
-    key_regex = _key_regex(pattern if pattern is not None else settings.RELIABILITY_REDACT_PATTERN)
+    key_regex = _key_regex(pattern if pattern is not None else engine_settings.REDACT_PATTERN)
     return _redact(value, key_regex, tuple(secrets), _depth)
 
 
@@ -236,7 +236,7 @@ def redact_query(query: str) -> str:
     when its value, decoded, holds anything ``redact_text`` redacts; the other
     parameters stay as they were.
     """
-    key_regex = _key_regex(settings.RELIABILITY_REDACT_PATTERN)
+    key_regex = _key_regex(engine_settings.REDACT_PATTERN)
     parameters = []
     for parameter in query.split("&"):
         name, equals, value = parameter.partition("=")
@@ -263,7 +263,7 @@ def query_strings_redacted(text: str) -> str:
 
 def input_secrets(value: Any, pattern: str | None = None) -> tuple[str, ...]:
     """The values held under secret-looking keys of a task's input, longest first (to look for in text)."""
-    key_regex = _key_regex(pattern if pattern is not None else settings.RELIABILITY_REDACT_PATTERN)
+    key_regex = _key_regex(pattern if pattern is not None else engine_settings.REDACT_PATTERN)
     found: set[str] = set()
     _collect(value, key_regex, False, found, 0)
     return tuple(sorted(found, key=len, reverse=True))

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from django.apps import AppConfig, apps
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import module_has_submodule
 
+from tasks.conf import engine_settings
 from tasks.exceptions import ConfigurationError, UnknownPipeline
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def load_pipeline_modules() -> None:
     """
     app_pipelines_discover(apps.get_app_configs())
     # No setting is no extra module: an embedding project may declare all its pipelines in its apps.
-    for module in getattr(settings, "RELIABILITY_PIPELINE_MODULES", ()):
+    for module in engine_settings.PIPELINE_MODULES:
         _pipeline_module_import(module, source="RELIABILITY_PIPELINE_MODULES")
 
 

@@ -42,12 +42,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import connection, models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from tasks import metrics
+from tasks.conf import engine_settings
 from tasks.models import TERMINAL_STATES, DeadLetter, DLQStatus, IdempotencyRecord, RetentionPurge, Task
 
 logger = logging.getLogger(__name__)
@@ -200,14 +200,14 @@ def finished_tasks_purge(
 
 def finished_tasks_purge_due() -> int:
     """The sweeper's chore: one bounded run with the configured retention (none when it is 0); tasks deleted."""
-    days = settings.RELIABILITY_TASK_RETENTION_DAYS
+    days = engine_settings.TASK_RETENTION_DAYS
     if not days:
         return 0
     report = finished_tasks_purge(
         older_than=timedelta(days=days),
-        batch_size=settings.RELIABILITY_PURGE_BATCH_SIZE,
+        batch_size=engine_settings.PURGE_BATCH_SIZE,
         max_seconds=SWEEPER_RUN_SECONDS,
-        pause_ratio=settings.RELIABILITY_PURGE_PAUSE_RATIO,
+        pause_ratio=engine_settings.PURGE_PAUSE_RATIO,
     )
     return report.tasks
 

@@ -15,13 +15,13 @@ import logging
 import time
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from tasks import compensation, limits, registry
 from tasks.attempts import attempt_run
 from tasks.classify import Classification
+from tasks.conf import engine_settings
 from tasks.context import StepContext
 from tasks.exceptions import LeaseLost, PermanentError, UnknownPipeline
 from tasks.fenced_writes import NO_SIGNALS
@@ -167,7 +167,7 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
         )
         _fail(claim, pipeline, FailureReason.DEADLINE_EXCEEDED, error, index, step.name)
         return
-    timeout = pipeline.timeout_for(step, settings.RELIABILITY_DEFAULT_STEP_TIMEOUT_SECONDS)
+    timeout = pipeline.timeout_for(step, engine_settings.DEFAULT_STEP_TIMEOUT_SECONDS)
     effective = timeout if deadline is None else min(timeout, deadline - now)
     ctx = StepContext(
         task_id=task.pk,

@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import close_old_connections, models, transaction
 from django.db.models import F, Func, Q, QuerySet, Value
 from django.db.models.functions import Cast, Now
@@ -38,6 +37,7 @@ from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
 from tasks import limits
+from tasks.conf import engine_settings
 from tasks.delivery import deliver_on_commit, deliveries_lost, get_queue
 from tasks.exceptions import LeaseLost
 from tasks.idempotency import idempotency_purge_expired
@@ -236,7 +236,7 @@ def _lost_deliveries(report: SweepReport) -> None:
 
 def _waiting() -> QuerySet:
     """Tasks waiting for a worker longer than the grace: QUEUED, or COMPENSATING without a lease."""
-    grace = timedelta(seconds=settings.RELIABILITY_REDELIVERY_GRACE_SECONDS)
+    grace = timedelta(seconds=engine_settings.REDELIVERY_GRACE_SECONDS)
     # A held task has no job on purpose (tasks.limits releases it): not a lost delivery.
     return Task.objects.filter(
         Q(state=TaskState.QUEUED, hold=TaskHold.NONE) | Q(state=TaskState.COMPENSATING, lease_owner=""),

@@ -15,13 +15,13 @@ import uuid
 from urllib.parse import urlencode
 
 import requests
-from django.conf import settings
 from django.core.mail import send_mail
 from django.urls import reverse
 from django.utils import timezone
 
 from dlq.alerting.models import AlertChannel, AlertChannelKind, AlertEvent
 from dlq.alerting.url_checks import channel_disabled, channel_url_check
+from dlq.conf import console_settings
 from tasks.exceptions import PermanentError, TransientError
 from tasks.outbound import OutboundUrlRefused, Rule, is_refused_connection, session_for
 from tasks.signing import SIGNATURE_HEADER, signature_header
@@ -35,7 +35,7 @@ TEST_SEND_TIMEOUT_SECONDS = 5.0
 
 
 def _absolute(path: str) -> str:
-    return settings.RELIABILITY_CONSOLE_URL + path
+    return console_settings.CONSOLE_URL + path
 
 
 def notification_payload(event: AlertEvent) -> dict:

@@ -11,12 +11,12 @@ switched off with its reason on the channel's page, not silently skipped.
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
 from dlq.alerting.models import URL_CHANNEL_KINDS, AlertChannel
+from dlq.conf import console_settings
 from tasks.outbound import (
     OutboundPolicy,
     OutboundTarget,
@@ -57,7 +57,7 @@ def alert_policy() -> OutboundPolicy:
     return OutboundPolicy(
         what="the channel's URL",
         setting=ALERT_HOSTS_SETTING,
-        allowed_hosts=settings.RELIABILITY_ALERT_ALLOWED_HOSTS,
+        allowed_hosts=console_settings.ALERT_ALLOWED_HOSTS,
         public_hosts=True,
     )
 

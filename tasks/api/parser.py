@@ -7,11 +7,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
 from django.http import HttpResponse
 from ninja.parser import Parser
 
 from tasks.api.errors import ApiError, error_response
+from tasks.conf import engine_settings
 from tasks.json_text import unstorable_json
 
 # Deeper bodies are refused before Python's recursion limit could be reached.
@@ -61,7 +61,7 @@ def _depth(value: Any, limit: int) -> int:
 
 def payload_too_large() -> ApiError:
     """The 413 of a body past ``RELIABILITY_MAX_REQUEST_BYTES``, however it was found too large."""
-    limit = settings.RELIABILITY_MAX_REQUEST_BYTES
+    limit = engine_settings.MAX_REQUEST_BYTES
     return ApiError(413, "payload_too_large", f"the body must be at most {limit} bytes", {"limit": limit})
 
 
@@ -80,7 +80,7 @@ def chunked_body_read(request) -> None:
         return
     if not meta.get("wsgi.input_terminated"):
         raise ApiError(411, "length_required", "send the body with a Content-Length header (this server needs one)")
-    limit = settings.RELIABILITY_MAX_REQUEST_BYTES
+    limit = engine_settings.MAX_REQUEST_BYTES
     pieces, size = [], 0
     try:
         while size <= limit:
@@ -116,7 +116,7 @@ def read_json_body(request) -> Any:
     content_type = request.META.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
     if content_type != "application/json":
         raise ApiError(415, "unsupported_media_type", "send the body as application/json")
-    limit = settings.RELIABILITY_MAX_REQUEST_BYTES
+    limit = engine_settings.MAX_REQUEST_BYTES
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import requests
-from django.conf import settings
 
+from tasks.conf import engine_settings
 from tasks.context import StepContext
 from tasks.exceptions import PermanentError, TransientError
 from tasks.http_errors import retry_after_seconds, status_effect_uncertain, status_is_transient
@@ -32,7 +32,7 @@ MAX_CALL_SECONDS = 120.0
 class ReportPlatform:
     def __init__(self, ctx: StepContext, base_url: str | None = None) -> None:
         self.ctx = ctx
-        self.base_url = (base_url or settings.REPORT_PLATFORM_URL).rstrip("/")
+        self.base_url = (base_url or engine_settings.REPORT_PLATFORM_URL).rstrip("/")
 
     def call(
         self,

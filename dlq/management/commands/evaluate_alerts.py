@@ -6,11 +6,11 @@ import logging
 import signal
 import threading
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from dlq.alerting.rules import alerts_evaluate
+from dlq.conf import console_settings
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=None, help="seconds between evaluations")
 
     def handle(self, *args, **options):
-        interval = options["interval"] or settings.RELIABILITY_ALERT_INTERVAL_SECONDS
+        interval = options["interval"] or console_settings.ALERT_INTERVAL_SECONDS
         if interval <= 0:
             raise CommandError("--interval must be positive")
         if options["once"]:

@@ -8,10 +8,10 @@ batch and appends an ``audit_purged`` entry with the count and the cutoff.
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from dlq.audit import AuditPurgeReport, audit_entries_purge
+from tasks.conf import engine_settings
 from tasks.management.options import days_option
 
 
@@ -26,7 +26,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         older_than = days_option("--older-than", options["older_than"])
         report = audit_entries_purge(
-            older_than=older_than, dry_run=options["dry_run"], pause_ratio=settings.RELIABILITY_PURGE_PAUSE_RATIO
+            older_than=older_than, dry_run=options["dry_run"], pause_ratio=engine_settings.PURGE_PAUSE_RATIO
         )
         self.stdout.write(_summary(report))
 

@@ -5,10 +5,10 @@ signing (a second ``v1=``) for ``RELIABILITY_CALLBACK_SECRET_GRACE_SECONDS``. A 
 refusal) is audited with the actor ``command:<OS user>``.
 """
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from tasks.clients import ApiClientError, api_client_signing_secret, command_actor
+from tasks.conf import engine_settings
 
 
 class Command(BaseCommand):
@@ -27,7 +27,7 @@ class Command(BaseCommand):
         except ApiClientError as exc:
             raise CommandError(str(exc)) from None
         if rotate:
-            grace = settings.RELIABILITY_CALLBACK_SECRET_GRACE_SECONDS
+            grace = engine_settings.CALLBACK_SECRET_GRACE_SECONDS
             self.stdout.write(f"rotated the callback signing secret of {name!r}; the previous one signs too")
             self.stdout.write(f"for {grace:g} s (RELIABILITY_CALLBACK_SECRET_GRACE_SECONDS). The new secret:")
         else:

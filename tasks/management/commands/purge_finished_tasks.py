@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 
-from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from tasks.conf import engine_settings
 from tasks.management.options import count_option, days_option, ratio_option
 from tasks.retention import PurgeReport, finished_tasks_purge
 
@@ -28,12 +28,12 @@ class Command(BaseCommand):
         parser.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
         parser.add_argument(
             "--pause-ratio",
-            default=str(settings.RELIABILITY_PURGE_PAUSE_RATIO),
+            default=str(engine_settings.PURGE_PAUSE_RATIO),
             help="pause after each batch this many times as long as it took (default RELIABILITY_PURGE_PAUSE_RATIO)",
         )
         parser.add_argument(
             "--batch-size",
-            default=str(settings.RELIABILITY_PURGE_BATCH_SIZE),
+            default=str(engine_settings.PURGE_BATCH_SIZE),
             help="tasks per transaction (default RELIABILITY_PURGE_BATCH_SIZE)",
         )
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import signal
 import threading
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from tasks.conf import engine_settings
 from tasks.sweeper import sweep_once, sweeper_heartbeat, sweeper_loop, sweeper_name
 
 
@@ -19,7 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=None, help="seconds between sweeps")
 
     def handle(self, *args, **options):
-        interval = options["interval"] or settings.RELIABILITY_SWEEP_INTERVAL_SECONDS
+        interval = options["interval"] or engine_settings.SWEEP_INTERVAL_SECONDS
         if interval <= 0:
             raise CommandError("--interval must be positive")
         if options["once"]:
