@@ -1,5 +1,3 @@
-from django.urls import path
+from django.urls import include, path
 
-from tasks.api.views import api
-
-urlpatterns = [path("api/v1/", api.urls)]
+urlpatterns = [path("api/", include("tasks.api.urls"))]
