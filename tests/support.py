@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from django.db import connection
 
 from chaos import processes as chaos_processes
 from chaos.processes import Child, DeploymentError, gunicorn_argv, wait_until, worker_pid
+from devtools import postgres
 
 ROOT = Path(__file__).resolve().parent.parent
 LOG_DIR = ROOT / "var" / "test-logs"
@@ -37,6 +40,30 @@ def database_url() -> str:
     host = db.get("HOST") or "127.0.0.1"
     port = db.get("PORT") or 5432
     return f"postgresql://{user}{password}@{host}:{port}/{name}"
+
+
+@contextmanager
+def throwaway_database(prefix: str) -> Iterator[dict[str, str]]:
+    """A new, empty database on the test run's PostgreSQL server, dropped afterwards: its Django ``DATABASES``
+    entry (NAME, USER, PASSWORD, HOST, PORT), for a process that migrates one of its own."""
+    db = settings.DATABASES["default"]
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    server = {"host": db.get("HOST") or "127.0.0.1", "port": db.get("PORT") or 5432, "user": db.get("USER")}
+    admin = postgres.connect(dbname="postgres", password=db.get("PASSWORD") or None, autocommit=True, **server)
+    with admin.cursor() as cursor:
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield {
+            "NAME": name,
+            "USER": server["user"] or "postgres",
+            "PASSWORD": db.get("PASSWORD") or "",
+            "HOST": server["host"],
+            "PORT": str(server["port"]),
+        }
+    finally:
+        with admin.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
 
 
 def process_env(**overrides: Any) -> dict[str, str]:

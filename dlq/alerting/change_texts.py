@@ -16,7 +16,7 @@ from django.core.exceptions import FieldDoesNotExist
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from dlq.alerting.url_checks import URL_REQUIRED, refusal_text
+from dlq.alerting.url_checks import refusal_text
 
 # Why a test notification was not delivered, by the send path's error code (dlq.alerting.channels).
 DELIVERY_ERRORS = {
@@ -30,8 +30,6 @@ DELIVERY_ERRORS = {
     "alert_url_refused": _("its URL was refused, and the channel is switched off"),
 }
 HTTP_PREFIX = "http_"
-# An enabled channel that sends to a URL needs one (dlq.alerting.url_checks words the other refusals).
-NO_URL_RULE = "no_url"
 
 
 def delivery_error_text(*, code: str, message: str) -> str:
@@ -46,10 +44,7 @@ def delivery_error_text(*, code: str, message: str) -> str:
 
 def url_refusal_text(params: dict[str, Any]) -> str:
     """Why a channel's URL may not be sent to (an enable refused), in the reader's language."""
-    rule = str(params.get("rule", ""))
-    if rule == NO_URL_RULE:
-        return str(URL_REQUIRED)
-    return refusal_text(rule, params)
+    return refusal_text(str(params.get("rule", "")), params)
 
 
 def fields_changed_text(params: dict[str, Any]) -> str | None:

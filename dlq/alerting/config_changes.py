@@ -20,16 +20,14 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
-from dlq.alerting.change_texts import NO_URL_RULE
 from dlq.alerting.channels import channel_test_send
 from dlq.alerting.masking import secrets_scrubbed
-from dlq.alerting.models import URL_CHANNEL_KINDS, AlertChannel, AlertRule
-from dlq.alerting.url_checks import channel_url_check
+from dlq.alerting.models import AlertChannel, AlertRule
+from dlq.alerting.url_checks import channel_url_refusal
 from dlq.audit import audit_record
 from dlq.audit_details import CHANNEL_URL_REFUSED, FIELDS_CHANGED, TEST_DELIVERED, TEST_NOT_DELIVERED, AuditDetail
 from dlq.models import AuditEntry, AuditOutcome
 from tasks.exceptions import ReliabilityError
-from tasks.outbound import OutboundUrlRefused
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +166,9 @@ def alert_config_enabled_set(
             if record.enabled == enabled:
                 result.unchanged.append(record.pk)
                 continue
-            refusal = _url_refusal(record) if enabled and model is AlertChannel else None
+            refusal = (
+                channel_url_refusal(kind=record.kind, url=record.url) if enabled and model is AlertChannel else None
+            )
             if refusal is not None:
                 result.refused[record.name] = refusal
                 audit_record(
@@ -232,19 +232,6 @@ def alert_channel_test(*, channel: AlertChannel, actor: str, client_ip: str | No
         },
     )
     return result
-
-
-def _url_refusal(channel: AlertChannel) -> dict[str, Any] | None:
-    if channel.kind not in URL_CHANNEL_KINDS:
-        return None
-    if not channel.url:
-        return {"rule": NO_URL_RULE}
-    try:
-        channel_url_check(channel.url)
-    except OutboundUrlRefused as exc:
-        facts = {key: str(value) for key, value in exc.params.items() if key in ("host", "address")}
-        return {"rule": exc.rule, **facts}
-    return None
 
 
 def _audited(

@@ -11,7 +11,6 @@ switched off with its reason on the channel's page, not silently skipped.
 
 from __future__ import annotations
 
-from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy
 
@@ -29,8 +28,15 @@ from tasks.outbound import (
 
 ALERT_HOSTS_SETTING = "RELIABILITY_ALERT_ALLOWED_HOSTS"
 
+# A webhook or Slack channel without a URL (the outbound rules never see one).
+NO_URL_RULE = "no_url"
+URL_REQUIRED = gettext_lazy("A webhook or Slack channel needs a URL.")
+# The facts of a refusal that its sentence names (and that are stored with it).
+REFUSAL_FACTS = ("host", "address")
+
 # Why a channel's URL was refused, by the rule's code, in the reader's language.
 REFUSAL_TEXTS = {
+    NO_URL_RULE: URL_REQUIRED,
     Rule.INVALID: gettext_lazy("The URL is not valid."),
     Rule.LENGTH: gettext_lazy("The URL is too long (at most 2,048 characters)."),
     Rule.CHARACTERS: gettext_lazy("The URL must be printable ASCII without spaces (an IDN host in its xn-- form)."),
@@ -50,7 +56,6 @@ REFUSAL_TEXTS = {
         "in RELIABILITY_ALERT_ALLOWED_HOSTS may be."
     ),
 }
-URL_REQUIRED = gettext_lazy("A webhook or Slack channel needs a URL.")
 
 
 def alert_policy() -> OutboundPolicy:
@@ -76,29 +81,35 @@ def refusal_text(code: str, params: dict) -> str:
     return str(text) % facts
 
 
-def channel_url_errors(*, kind: str, url: str) -> dict[str, str]:
-    """The form's errors for a channel of ``kind`` sending to ``url`` (by field), none when it may send there."""
+def channel_url_refusal(*, kind: str, url: str) -> dict[str, str] | None:
+    """Why a channel of ``kind`` may not send to ``url`` (``rule`` and its facts), or None when it may."""
     if kind not in URL_CHANNEL_KINDS:
-        return {}
+        return None
     if not url:
-        return {"url": str(URL_REQUIRED)}
+        return {"rule": NO_URL_RULE}
     try:
         channel_url_check(url)
     except OutboundUrlRefused as exc:
-        return {"url": refusal_text(exc.rule, exc.params)}
-    return {}
+        return {"rule": exc.rule, **refusal_facts(exc)}
+    return None
+
+
+def refusal_facts(refusal: OutboundUrlRefused) -> dict[str, str]:
+    return {key: str(value) for key, value in refusal.params.items() if key in REFUSAL_FACTS}
+
+
+def channel_url_errors(*, kind: str, url: str) -> dict[str, str]:
+    """The form's errors for a channel of ``kind`` sending to ``url`` (by field), none when it may send there."""
+    refusal = channel_url_refusal(kind=kind, url=url)
+    return {} if refusal is None else {"url": refusal_text(refusal["rule"], refusal)}
 
 
 def channel_disabled(*, channel: AlertChannel, refusal: OutboundUrlRefused) -> None:
     """Switch ``channel`` off because its URL was refused at send time, keeping why (shown on its pages)."""
-    params = {key: value for key, value in refusal.params.items() if key in ("host", "address")}
-    with transaction.atomic():
-        AlertChannel.objects.filter(pk=channel.pk).update(
-            enabled=False,
-            disabled_reason_code=refusal.rule,
-            disabled_reason_params=params,
-            disabled_at=timezone.now(),
-        )
+    params = refusal_facts(refusal)
+    AlertChannel.objects.filter(pk=channel.pk).update(
+        enabled=False, disabled_reason_code=refusal.rule, disabled_reason_params=params, disabled_at=timezone.now()
+    )
     channel.enabled, channel.disabled_reason_code, channel.disabled_reason_params = False, refusal.rule, params
 
 

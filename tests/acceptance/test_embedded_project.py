@@ -17,15 +17,13 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
-from devtools import postgres
 from tests.acceptance.test_wheel_install import copy_checkout
-from tests.support import LOG_DIR
+from tests.support import LOG_DIR, throwaway_database
 
 pytestmark = pytest.mark.acceptance
 
@@ -249,26 +247,8 @@ def django61_venv(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def fresh_database():
-    db = settings.DATABASES["default"]
-    name = f"rc_embedded_{uuid.uuid4().hex[:8]}"
-    server = {"host": db.get("HOST") or "127.0.0.1", "port": db.get("PORT") or 5432, "user": db.get("USER")}
-    admin = postgres.connect(dbname="postgres", password=db.get("PASSWORD") or None, autocommit=True, **server)
-    with admin.cursor() as cursor:
-        cursor.execute(f'CREATE DATABASE "{name}"')
-    database = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": name,
-        "USER": server["user"] or "postgres",
-        "PASSWORD": db.get("PASSWORD") or "",
-        "HOST": server["host"],
-        "PORT": str(server["port"]),
-    }
-    try:
-        yield database
-    finally:
-        with admin.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+    with throwaway_database("rc_embedded") as db:
+        yield {"ENGINE": "django.db.backends.postgresql", **db}
 
 
 @pytest.fixture

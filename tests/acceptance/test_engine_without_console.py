@@ -10,13 +10,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 
 import pytest
-from django.conf import settings
 
-from devtools import postgres
-from tests.support import ROOT, ManagedProcess, WorkerPool, manage, process_env, wait_for
+from tests.support import ROOT, ManagedProcess, WorkerPool, manage, process_env, throwaway_database, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -37,26 +34,14 @@ else:
 
 @pytest.fixture
 def engine_only_env(clean_redis):
-    db = settings.DATABASES["default"]
-    name = f"rc_engine_only_{uuid.uuid4().hex[:8]}"
-    server = {"host": db.get("HOST") or "127.0.0.1", "port": db.get("PORT") or 5432, "user": db.get("USER")}
-    admin = postgres.connect(dbname="postgres", password=db.get("PASSWORD") or None, autocommit=True, **server)
-    with admin.cursor() as cursor:
-        cursor.execute(f'CREATE DATABASE "{name}"')
-    user = server["user"] or "postgres"
-    env = process_env(
-        DATABASE_URL=f"postgresql://{user}@{server['host']}:{server['port']}/{name}",
-        DJANGO_SETTINGS_MODULE="tests.engine_only.settings",
-        RELIABILITY_PIPELINE_MODULES="tests.pipelines",
-        RELIABILITY_LEASE_SECONDS=3,
-        RELIABILITY_SWEEP_INTERVAL_SECONDS=0.5,
-    )
-    try:
-        yield env
-    finally:
-        with admin.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+    with throwaway_database("rc_engine_only") as db:
+        yield process_env(
+            DATABASE_URL=f"postgresql://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+            DJANGO_SETTINGS_MODULE="tests.engine_only.settings",
+            RELIABILITY_PIPELINE_MODULES="tests.pipelines",
+            RELIABILITY_LEASE_SECONDS=3,
+            RELIABILITY_SWEEP_INTERVAL_SECONDS=0.5,
+        )
 
 
 def run(env, *argv: str) -> str:
