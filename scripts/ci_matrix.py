@@ -18,11 +18,9 @@ install would silently test the other driver. Tests run with the venv's own pyth
 from __future__ import annotations
 
 import argparse
-import glob
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from devtools.pythons import python_for  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -54,28 +55,12 @@ SUBSETS = {
     "integration": ["tests/integration"],
     "acceptance": [ACCEPTANCE_MODULE],
     "pgbouncer": ["tests/acceptance/test_pgbouncer.py"],
+    # The two short fault campaigns (the second behind PgBouncer, Redis under Sentinel, a PostgreSQL restart).
+    "chaos": ["tests/acceptance/test_chaos_campaign.py"],
+    "embedded": ["tests/acceptance/test_embedded_project.py"],
 }
 DEFAULT_SUBSET = "unit,integration,acceptance"
 STAMP = ".rc-ci-installed"
-
-
-def python_for(version: str) -> str:
-    """An interpreter of ``version``: pyenv's build of it (these machines have 3.11, 3.12, 3.13), else PATH's."""
-    pyenv_root = os.environ.get("PYENV_ROOT", str(Path.home() / ".pyenv"))
-    builds = glob.glob(f"{pyenv_root}/versions/{version}.*/bin/python{version}")
-    patch = re.compile(rf"/versions/{re.escape(version)}\.(\d+)/")
-    released = sorted((int(m.group(1)), path) for path in builds if (m := patch.search(path)))
-    if released:
-        return released[-1][1]  # the newest patch release
-    found = shutil.which(f"python{version}")
-    if found and _runs(found):
-        return found
-    raise SystemExit(f"ci_matrix: no Python {version} found (pyenv versions, or python{version} on PATH)")
-
-
-def _runs(python: str) -> bool:
-    # A pyenv shim exists for every installed version but fails unless that version is selected.
-    return subprocess.run([python, "-c", ""], capture_output=True, check=False).returncode == 0
 
 
 def venv_ready(name: str, combination: Combination, directory: Path) -> Path:

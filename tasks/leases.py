@@ -109,6 +109,11 @@ def _claim_once(*, task_id: str, owner: str) -> Claim | None:
         if task.retry_at is not None and task.retry_at > task.db_now and not deadline_passed and not task.is_cancelled:
             raise _TooEarly((task.retry_at - task.db_now).total_seconds())
         task.make_due()
+    elif task.state == TaskState.QUEUED and task.hold == TaskHold.START_TIME:
+        # A later start (run_after) has no job until the sweeper releases it; a delivery before its time
+        # (a duplicate, a job an operator re-queued) must not start it early, and leaves the hold alone.
+        if task.retry_at is not None and task.retry_at > task.db_now and not deadline_passed and not task.is_cancelled:
+            raise _TooEarly((task.retry_at - task.db_now).total_seconds())
     gate = OPEN_GATE
     if task.state == TaskState.QUEUED:
         gate = limits.gate_of(pipeline=task.pipeline, control=task.control_read)

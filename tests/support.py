@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -64,6 +66,28 @@ def throwaway_database(prefix: str) -> Iterator[dict[str, str]]:
         with admin.cursor() as cursor:
             cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+def checkout_wheel(base: Path, *, env: dict[str, str], log: Path, timeout: float) -> Path:
+    """The wheel of this checkout as a clean clone with this change would build it, in ``base / "wheels"``.
+
+    The files copied are the tracked and new ones, none that git ignores (so no ``.venv``, ``var`` or build
+    leftovers reach the wheel); the copy is gone once the wheel is built.
+    """
+    source, wheels = base / "source", base / "wheels"
+    tracked_and_new = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    listed = subprocess.run(tracked_and_new, cwd=ROOT, capture_output=True, check=True).stdout.decode()
+    for relative in filter(None, listed.split("\0")):
+        if (ROOT / relative).is_file():
+            (source / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / relative, source / relative)
+    argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels), str(source)]
+    with open(log, "a") as output:
+        result = subprocess.run(argv, stdout=output, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+    assert result.returncode == 0, f"building the wheel failed, see {log}"
+    shutil.rmtree(source)
+    (wheel,) = wheels.glob("reliability_console-*.whl")
+    return wheel
 
 
 def process_env(**overrides: Any) -> dict[str, str]:

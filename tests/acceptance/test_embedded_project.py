@@ -1,10 +1,11 @@
 """The engine and the console inside someone else's Django project: issue 20's main acceptance test.
 
-A fresh ``django-admin startproject`` in a temporary directory, on the newest supported Django (6.1, Python 3.12)
-with psycopg 3, with this checkout installed from a wheel (not editable). The project adds only what the README's
-"Add it to your Django project" lists: the three apps, ``RQ_QUEUES``, ``TASKS`` with the engine's backend, and
-one ``include("dlq.urls")`` beside its own admin; plus its own database (a fresh one of this test) and an app
-``shop`` with a model, an ``@task`` module and a ``pipelines.py``. ``migrate``, a real worker
+A fresh ``django-admin startproject`` in a temporary directory, with this checkout installed from a wheel (not
+editable), twice: on the newest supported Django (6.1, Python 3.12) with psycopg 3 and ``django.tasks``; and on
+Django 5.2 LTS (Python 3.11) with psycopg2 and the ``django-tasks`` backport (the extra ``[tasks]``). The project
+adds only what the README's "Add it to your Django project" lists: the three apps, ``RQ_QUEUES``, ``TASKS`` with
+the engine's backend, and one ``include("dlq.urls")`` beside its own admin; plus its own database (a fresh one of
+this test) and an app ``shop`` with a model, an ``@task`` module and a ``pipelines.py``. ``migrate``, a real worker
 (``manage.py rqworker --with-scheduler``) and the sweeper (``manage.py run_sweeper``) from that venv, then a
 script run with the venv's python drives the scenario and reports what it saw; the test judges the report.
 """
@@ -14,21 +15,40 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
-from tests.acceptance.test_wheel_install import copy_checkout
-from tests.support import LOG_DIR, throwaway_database
+from devtools.pythons import python_for
+from tests.support import LOG_DIR, checkout_wheel, throwaway_database
 
 pytestmark = pytest.mark.acceptance
 
-PYTHON_312 = Path("/root/.pyenv/versions/3.12.1/bin/python")
-NEWEST_DJANGO = "Django>=6.1,<6.2"
+
+@dataclass(frozen=True)
+class Flavour:
+    python: str  # major.minor, found as scripts/ci_matrix.py finds it (pyenv's newest patch release)
+    django: str  # a pip requirement
+    extras: str  # the wheel's extras: the driver, and the backport where Django has no django.tasks
+    tasks_module: str  # where the project imports @task from
+
+    @property
+    def release(self) -> str:
+        return self.django.split(">=")[1].split(",")[0]  # "6.1" of "Django>=6.1,<6.2"
+
+    @property
+    def id(self) -> str:
+        return f"django{self.release}-{self.extras.split(',')[0]}"
+
+
+FLAVOURS = [
+    Flavour("3.12", "Django>=6.1,<6.2", "psycopg,tasks", "django.tasks"),
+    Flavour("3.11", "Django>=5.2,<5.3", "psycopg2,tasks", "django_tasks"),
+]
 PIP_TIMEOUT_SECONDS = 300
 COMMAND_TIMEOUT_SECONDS = 120
 # The scenario script's own bound on each wait (a task's retry waits for its backoff and the sweeper's period).
@@ -64,7 +84,7 @@ SHOP_FILES = {
             written_by = models.CharField(max_length=40)
     """,
     "tasks.py": """
-        from django.tasks import task
+        from {tasks_module} import task
 
         from shop.models import Order
         from tasks.exceptions import TransientError
@@ -111,7 +131,7 @@ from datetime import timedelta
 import django_rq
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.tasks.exceptions import TaskResultDoesNotExist
+from {tasks_module}.exceptions import TaskResultDoesNotExist
 from django.test import Client
 from django.utils import timezone
 from shop.models import Order
@@ -140,7 +160,7 @@ def finished(result):
     return result
 
 
-report = {{}}
+report = {{"django": django.get_version()}}
 
 
 class RolledBack(Exception):
@@ -214,35 +234,29 @@ def run(argv: list[str], *, cwd: Path, env: dict[str, str], log: Path, timeout: 
     return result
 
 
-@pytest.fixture(scope="module")
-def django61_venv(tmp_path_factory) -> Path:
-    """A fresh Python 3.12 venv with Django 6.1, psycopg 3 and this checkout's wheel (with its extras)."""
-    if not PYTHON_312.exists():
-        pytest.fail(f"{PYTHON_312} is missing: Django 6 needs Python 3.12 or newer")
-    base = tmp_path_factory.mktemp("embedded-venv")
-    source, wheels, venv = base / "source", base / "wheels", base / "venv"
-    source.mkdir()
-    copy_checkout(source)
+@pytest.fixture(scope="module", params=FLAVOURS, ids=lambda flavour: flavour.id)
+def flavour_venv(request, tmp_path_factory) -> tuple[Flavour, Path]:
+    """A fresh venv of the flavour's Python and Django, its driver and this checkout's wheel (with its extras)."""
+    flavour = request.param
+    interpreter = python_for(flavour.python)
+    base = tmp_path_factory.mktemp(f"embedded-venv-{flavour.id}")
+    venv = base / "venv"
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log = LOG_DIR / "embedded-project-pip.log"
+    log = LOG_DIR / f"embedded-project-pip-{flavour.id}.log"
     log.write_text("")
     env = {**os.environ, "PIP_CACHE_DIR": str(base / "pip-cache"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PYTHONPATH", None)
     python = venv / "bin" / "python"
     started = time.monotonic()
-    for argv in (
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels), str(source)],
-        [str(PYTHON_312), "-m", "venv", str(venv)],
-    ):
-        result = run(argv, cwd=base, env=env, log=log, timeout=PIP_TIMEOUT_SECONDS)
-        assert result.returncode == 0, f"{argv[:4]} failed, see {log}"
-    (wheel,) = wheels.glob("reliability_console-*.whl")
-    install = [str(python), "-m", "pip", "install", "--quiet", f"{wheel}[psycopg,tasks]", NEWEST_DJANGO]
+    wheel = checkout_wheel(base, env=env, log=log, timeout=PIP_TIMEOUT_SECONDS)
+    result = run([interpreter, "-m", "venv", str(venv)], cwd=base, env=env, log=log, timeout=PIP_TIMEOUT_SECONDS)
+    assert result.returncode == 0, f"creating the venv failed, see {log}"
+    install = [str(python), "-m", "pip", "install", "--quiet", f"{wheel}[{flavour.extras}]", flavour.django]
     result = run(install, cwd=base, env=env, log=log, timeout=PIP_TIMEOUT_SECONDS)
     assert result.returncode == 0, f"pip install of the wheel failed, see {log}"
     with open(log, "a") as output:
         output.write(f"venv ready in {time.monotonic() - started:.1f} s\n")
-    return python
+    return flavour, python
 
 
 @pytest.fixture
@@ -252,9 +266,9 @@ def fresh_database():
 
 
 @pytest.fixture
-def embedded_project(django61_venv, fresh_database, clean_redis, tmp_path):
+def embedded_project(flavour_venv, fresh_database, clean_redis, tmp_path):
     """``startproject mysite`` with the README's additions and the ``shop`` app; migrated; its python and env."""
-    python = django61_venv
+    flavour, python = flavour_venv
     env = {key: value for key, value in os.environ.items() if not key.startswith(("DJANGO_", "RELIABILITY_"))}
     env.pop("PYTHONPATH", None)
     env.pop("DATABASE_URL", None)
@@ -269,15 +283,16 @@ def embedded_project(django61_venv, fresh_database, clean_redis, tmp_path):
     (tmp_path / "mysite" / "urls.py").write_text(URLS.lstrip())
     (tmp_path / "shop").mkdir()
     for name, text in SHOP_FILES.items():
-        (tmp_path / "shop" / name).write_text(textwrap.dedent(text).lstrip())
+        text = textwrap.dedent(text).lstrip().replace("{tasks_module}", flavour.tasks_module)
+        (tmp_path / "shop" / name).write_text(text)
     for command in (["makemigrations", "shop"], ["migrate", "--no-input"]):
         result = run([str(python), "manage.py", *command], cwd=tmp_path, env=env, log=log)
         assert result.returncode == 0, result.stderr[-3000:]
-    return python, tmp_path, env, log
+    return python, tmp_path, env, log, flavour
 
 
 def test_an_embedding_project_runs_tasks_and_pipelines_and_shows_failures_in_its_own_admin(embedded_project):
-    python, project, env, log = embedded_project
+    python, project, env, log, flavour = embedded_project
     children, outputs = [], []
     try:
         for name, command in (("worker", ["rqworker", "--with-scheduler"]), ("sweeper", ["run_sweeper"])):
@@ -286,7 +301,7 @@ def test_an_embedding_project_runs_tasks_and_pipelines_and_shows_failures_in_its
             child = subprocess.Popen(argv, cwd=project, env=env, stdout=outputs[-1], stderr=subprocess.STDOUT)
             children.append(child)
         scenario = project / "scenario.py"
-        scenario.write_text(SCENARIO.format(wait=SCENARIO_WAIT_SECONDS))
+        scenario.write_text(SCENARIO.format(wait=SCENARIO_WAIT_SECONDS, tasks_module=flavour.tasks_module))
         result = run([str(python), str(scenario)], cwd=project, env=env, log=log, timeout=4 * SCENARIO_WAIT_SECONDS)
         assert all(child.poll() is None for child in children), f"a worker or the sweeper stopped, see {LOG_DIR}"
     finally:
@@ -302,6 +317,7 @@ def test_an_embedding_project_runs_tasks_and_pipelines_and_shows_failures_in_its
             output.close()
     assert result.returncode == 0, result.stderr[-3000:] or result.stdout[-3000:]
     report = json.loads(result.stdout.splitlines()[-1])
+    assert report["django"].startswith(f"{flavour.release}."), report["django"]
 
     assert report["rolled_back_result"] == "none"
     assert report["rolled_back_rows"] == 0 and report["rolled_back_jobs"] == 0
@@ -327,7 +343,7 @@ def test_an_embedding_project_runs_tasks_and_pipelines_and_shows_failures_in_its
 
 
 def test_check_is_clean_and_names_a_missing_rq_queues_in_one_line(embedded_project):
-    python, project, env, log = embedded_project
+    python, project, env, log, _ = embedded_project
     clean = run([str(python), "manage.py", "check"], cwd=project, env=env, log=log)
     assert clean.returncode == 0, clean.stderr
     assert "System check identified no issues (0 silenced)." in clean.stdout

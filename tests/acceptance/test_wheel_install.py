@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from tests.support import LOG_DIR, ROOT, process_env
+from tests.support import LOG_DIR, ROOT, checkout_wheel, process_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
 
@@ -70,51 +69,29 @@ print(json.dumps({
 """
 
 
-def copy_checkout(target: Path) -> None:
-    """The files a clean checkout with this change has: tracked and new ones, none that git ignores."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for relative in filter(None, listed.split("\0")):
-        source = ROOT / relative
-        if source.is_file():
-            (target / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / relative)
-
-
 @pytest.fixture(scope="module")
 def wheel_venv(tmp_path_factory) -> tuple[str, Path]:
     """A fresh venv with the wheel of this checkout installed; its python and a directory outside the checkout."""
     base = tmp_path_factory.mktemp("wheel-install")
-    source, wheels, venv, outside = base / "source", base / "wheels", base / "venv", base / "elsewhere"
-    for directory in (source, wheels, outside):
-        directory.mkdir()
-    copy_checkout(source)
+    venv, outside = base / "venv", base / "elsewhere"
+    outside.mkdir()
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log = LOG_DIR / "wheel-install-pip.log"
+    log.write_text("")
     env = {**os.environ, "PIP_CACHE_DIR": str(base / "pip-cache"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PYTHONPATH", None)
     started = time.monotonic()
     python = str(venv / "bin" / "python")
     driver = DRIVERS[connection.Database.__name__]
-    with open(log, "w") as output:
-        steps = [
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels), str(source)],
-            [sys.executable, "-m", "venv", str(venv)],
-        ]
-        for argv in steps:
-            result = subprocess.run(argv, stdout=output, stderr=subprocess.STDOUT, env=env, timeout=PIP_TIMEOUT_SECONDS)
-            assert result.returncode == 0, f"{argv[:4]} failed, see {log}"
-        (wheel,) = wheels.glob("reliability_console-*.whl")
+    wheel = checkout_wheel(base, env=env, log=log, timeout=PIP_TIMEOUT_SECONDS)
+    with open(log, "a") as output:
+        create = [sys.executable, "-m", "venv", str(venv)]
+        result = subprocess.run(create, stdout=output, stderr=subprocess.STDOUT, timeout=PIP_TIMEOUT_SECONDS)
+        assert result.returncode == 0, f"creating the venv failed, see {log}"
         install = [python, "-m", "pip", "install", "--quiet", str(wheel), driver]
         result = subprocess.run(install, stdout=output, stderr=subprocess.STDOUT, env=env, timeout=PIP_TIMEOUT_SECONDS)
         assert result.returncode == 0, f"pip install of the wheel failed, see {log}"
         output.write(f"wheel built and installed into a fresh venv in {time.monotonic() - started:.1f} s\n")
-    # The copy is gone before anything runs: only the installed packages remain.
-    shutil.rmtree(source)
     return python, outside
 
 

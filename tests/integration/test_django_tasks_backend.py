@@ -146,6 +146,21 @@ def test_run_after_waits_held_without_a_job_until_the_sweeper_releases_it_at_its
     assert task_functions.add.get_result(enqueued.id).task.run_after == run_after
 
 
+def test_a_stray_delivery_before_run_after_does_not_start_the_task_and_keeps_it_held():
+    run_after = db_now() + timedelta(minutes=5)
+    enqueued = task_functions.add.using(run_after=run_after).enqueue(1, 1)
+    # A duplicate job of the task (or one an operator re-queued) reaches a worker long before its time.
+    assert run(enqueued) == "skipped"
+    row = Task.objects.get(pk=enqueued.id)
+    assert (row.state, row.hold, row.retry_at, row.total_attempts) == (
+        TaskState.QUEUED,
+        TaskHold.START_TIME,
+        run_after,
+        0,
+    )
+    assert not StepAttempt.objects.filter(task_id=enqueued.id).exists()
+
+
 def test_priority_picks_the_engine_queue_and_queue_name_is_kept():
     high = task_functions.add.using(priority=10).enqueue(1, 1)
     low = task_functions.add.using(priority=-1, queue_name="reports").enqueue(1, 1)
