@@ -9,14 +9,13 @@ twice. Refusals and permission denials are audited too.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from django.db import transaction
 from django.utils.translation import gettext
-from django.utils.translation import gettext_lazy as _
 
-from dlq.audit import AUDIT_PURGE_ACTION, REASON_MAX_LENGTH, audit_denied, audit_record
+from dlq.audit import REASON_MAX_LENGTH, audit_denied, audit_record
+from dlq.audit_actions import DEAD_LETTER_ACTION_LABELS
 from dlq.audit_details import (
     ITEM_GONE,
     ITEM_RESOLVED,
@@ -26,8 +25,6 @@ from dlq.audit_details import (
     AuditDetail,
     refusal_detail,
 )
-from dlq.client_audit import CLIENT_ACTION_LABELS
-from dlq.control_audit import LIVE_ACTION_LABELS
 from dlq.models import AuditOutcome, DLQItem, DLQStatus, ResolutionCode
 from tasks.exceptions import ReliabilityError, TaskNotActionable
 from tasks.models import Task, TaskState
@@ -46,9 +43,13 @@ MAX_REASON_LENGTH = REASON_MAX_LENGTH
 @dataclass(frozen=True)
 class OperatorAction:
     name: str
-    label: str
     permission: str  # "app_label.codename"
     allowed_task_states: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        """The action's name in the reader's language (``dlq.audit_actions``, where the audit log words it too)."""
+        return DEAD_LETTER_ACTION_LABELS[self.name]
 
     def allows(self, task: Task) -> bool:
         """Whether the task's state lets this action run (the engine's service checks again)."""
@@ -60,85 +61,17 @@ class OperatorAction:
 ACTIONS: dict[str, OperatorAction] = {
     action.name: action
     for action in (
-        OperatorAction(
-            "retry",
-            _("Retry from checkpoint"),
-            "dlq.retry_dlqitem",
-            (TaskState.FAILED, TaskState.COMPENSATION_FAILED),
-        ),
+        OperatorAction("retry", "dlq.retry_dlqitem", (TaskState.FAILED, TaskState.COMPENSATION_FAILED)),
         OperatorAction(
             "retry_from_start",
-            _("Retry from start"),
             "dlq.retry_from_start_dlqitem",
             # And FAILED when parked because its pipeline changed (Task.can_retry_from_start).
             (TaskState.COMPENSATED, TaskState.FAILED),
         ),
-        OperatorAction(
-            "compensate",
-            _("Compensate"),
-            "dlq.compensate_dlqitem",
-            (TaskState.FAILED, TaskState.COMPENSATION_FAILED),
-        ),
-        OperatorAction("close", _("Close"), "dlq.close_dlqitem", CLOSABLE_STATES),
+        OperatorAction("compensate", "dlq.compensate_dlqitem", (TaskState.FAILED, TaskState.COMPENSATION_FAILED)),
+        OperatorAction("close", "dlq.close_dlqitem", CLOSABLE_STATES),
     )
 }
-
-
-# Audited actions of bulk operations and of the console itself, by code.
-OTHER_ACTION_LABELS = {
-    "bulk_request": _("Request bulk action"),
-    "bulk_approve": _("Approve bulk action"),
-    "bulk_pause": _("Pause bulk action"),
-    "bulk_resume": _("Resume bulk action"),
-    "bulk_cancel": _("Cancel bulk action"),
-    "bulk_canary_stop": _("Bulk action stopped by its canary"),
-    "bulk_complete": _("Bulk action completed"),
-    AUDIT_PURGE_ACTION: _("Audit entries purged"),
-}
-# A model page's write, or a list action on its rows, audited as "<verb>_<model>" (dlq.admin.common; alert rules
-# and channels, done or denied, by dlq.alerting.config_changes).
-MODEL_VERB_LABELS = {
-    "add": _("Add %(model)s"),
-    "change": _("Change %(model)s"),
-    "delete": _("Delete %(model)s"),
-    "enable": _("Enable %(model)s"),
-    "disable": _("Disable %(model)s"),
-    "test": _("Send a test notification to %(model)s"),
-}
-
-
-def action_label(code: str) -> str:
-    """An audited action's name in the reader's language; a code this release does not know is shown as it is."""
-    spec = ACTIONS.get(code)
-    if spec is not None:
-        return str(spec.label)
-    label = LIVE_ACTION_LABELS.get(code) or CLIENT_ACTION_LABELS.get(code) or OTHER_ACTION_LABELS.get(code)
-    if label is not None:
-        return str(label)
-    prefix, _sep, rest = code.partition("_")
-    if prefix == "bulk" and rest in ACTIONS:  # a denied bulk action, named by the dead-letter action it would take
-        return gettext("Bulk: %(action)s") % {"action": ACTIONS[rest].label}
-    if prefix in MODEL_VERB_LABELS and rest:
-        model = _model_verbose_name(rest)
-        if model:
-            return str(MODEL_VERB_LABELS[prefix]) % {"model": model}
-    return code
-
-
-def _model_verbose_name(model_name: str) -> str:
-    model = _models_by_name().get(model_name)
-    return str(model._meta.verbose_name) if model else ""
-
-
-@functools.cache
-def _models_by_name() -> dict:
-    """The installed models by model name (the first of a name, as apps lists them): read once, after start-up."""
-    from django.apps import apps
-
-    found: dict = {}
-    for model in apps.get_models():
-        found.setdefault(model._meta.model_name, model)
-    return found
 
 
 class ActionRefused(ReliabilityError):

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
+from dlq.audit_actions import AUDIT_PURGE_ACTION
 from dlq.audit_details import AUDIT_PURGED, NO_DETAIL, PERMISSION_DENIED, AuditDetail
 from dlq.conf import console_settings
 from dlq.models import AuditEntry, AuditOutcome
@@ -26,7 +27,6 @@ from tasks.retention import PurgeRun, purge_batches, retention_purge_record
 logger = logging.getLogger(__name__)
 
 AUDIT_PURGE_KIND = "audit_entries"
-AUDIT_PURGE_ACTION = "audit_purged"
 # Who the purge's own entries name as the actor.
 RETENTION_ACTOR = "system:retention"
 # Entries per transaction: each is one DELETE and one audit entry saying so.

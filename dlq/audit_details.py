@@ -27,6 +27,7 @@ from django.utils import translation
 from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
+from dlq.audit_actions import action_label
 from dlq.models import BulkStatus
 from tasks.exceptions import ReliabilityError
 from tasks.models import ResolutionCode, TaskState
@@ -204,9 +205,6 @@ def _param_text(name: str, value: Any) -> Any:
         return state_label(value)
     if name == "resolution":
         return resolution_label(value)
-    # dlq.actions writes entries through this module: imported here, not at the top, to keep the two apart.
-    from dlq.actions import action_label
-
     return action_label(value)
 
 

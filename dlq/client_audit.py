@@ -13,9 +13,8 @@ write the entry. A denied attempt through the admin never reaches the engine:
 
 from __future__ import annotations
 
-from django.utils.translation import gettext_lazy as _
-
 from dlq.audit import audit_record
+from dlq.audit_actions import CLIENT_CREATED, CLIENT_REVOKED, CLIENT_SECRET_ROTATED
 from dlq.audit_details import refusal_detail
 from dlq.control_audit import audit_actor
 from dlq.models import AuditOutcome
@@ -23,18 +22,8 @@ from tasks.clients import CREATED, REVOKED, SECRET_ROTATED, api_client_changed, 
 
 # The entries' target type: the model's name, as a denial of its admin pages records it.
 CLIENT_TARGET = "apiclient"
-# The engine's changes by the audit log's action codes; "revoke_apiclient" is also the admin's list action's
-# denial ("<action>_<model>"), so one filter shows every attempt.
-CLIENT_ACTIONS = {
-    CREATED: "create_apiclient",
-    REVOKED: "revoke_apiclient",
-    SECRET_ROTATED: "rotate_secret_apiclient",
-}
-CLIENT_ACTION_LABELS = {
-    "create_apiclient": _("Create API client"),
-    "revoke_apiclient": _("Revoke API client"),
-    "rotate_secret_apiclient": _("Rotate an API client's signing secret"),
-}
+# The engine's changes by the audit log's action codes.
+CLIENT_ACTIONS = {CREATED: CLIENT_CREATED, REVOKED: CLIENT_REVOKED, SECRET_ROTATED: CLIENT_SECRET_ROTATED}
 
 
 def client_change_audited(sender, *, client, action: str, actor: str, client_ip=None, **kwargs) -> None:

@@ -13,28 +13,14 @@ refuses them (``dlq.live_actions``).
 
 from __future__ import annotations
 
-from django.utils.translation import gettext_lazy as _
-
 from dlq.audit import audit_record
+from dlq.audit_actions import PIPELINE_LIMITS_RESET, PIPELINE_LIMITS_SET, TASK_CANCELLED
 from dlq.audit_details import CANCEL_AT_BOUNDARY, LIMIT_KEYS, LIMITS_CHANGED, NO_DETAIL, AuditDetail
 from dlq.models import AuditOutcome
 from tasks.cancellation import cancel_requested
 from tasks.models import TaskState
 from tasks.pipeline_controls import pipeline_control_changed
 
-TASK_CANCELLED = "task_cancelled"
-PIPELINE_PAUSED = "pipeline_paused"
-PIPELINE_RESUMED = "pipeline_resumed"
-PIPELINE_LIMITS_SET = "pipeline_limits_set"
-PIPELINE_LIMITS_RESET = "pipeline_limits_reset"
-# The audited actions' names in the reader's language (the audit log, the dashboard, the task page).
-LIVE_ACTION_LABELS = {
-    TASK_CANCELLED: _("Cancel task"),
-    PIPELINE_PAUSED: _("Pause pipeline"),
-    PIPELINE_RESUMED: _("Resume pipeline"),
-    PIPELINE_LIMITS_SET: _("Set pipeline limits"),
-    PIPELINE_LIMITS_RESET: _("Reset pipeline limits"),
-}
 # A pipeline entry's "state" before and after: the words a task state and a bulk status already have.
 PIPELINE_RUNNING = TaskState.RUNNING.value
 PIPELINE_PAUSED_STATE = "paused"

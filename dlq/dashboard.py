@@ -25,9 +25,9 @@ from django.utils.translation import ngettext
 from redis.exceptions import RedisError
 from rq import Worker
 
-from dlq.actions import action_label
 from dlq.activity import MinuteActivity, minute_activity
 from dlq.audit import AUDIT_PURGE_KIND
+from dlq.audit_actions import action_label
 from dlq.conf import console_settings
 from dlq.models import AlertEvent, AlertRule, AlertState, AuditEntry, AuditOutcome, DLQItem, DLQStatus
 from dlq.selectors import FailureGroup

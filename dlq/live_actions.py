@@ -22,14 +22,14 @@ from django.utils.translation import gettext_lazy as _
 
 from dlq.actions import MAX_REASON_LENGTH, ActionDenied, ActionRefused, ReasonRequired
 from dlq.audit import audit_denied, audit_record
-from dlq.audit_details import CANCEL_REPEATED, AuditDetail, refusal_detail
-from dlq.control_audit import (
+from dlq.audit_actions import (
     PIPELINE_LIMITS_RESET,
     PIPELINE_LIMITS_SET,
     PIPELINE_PAUSED,
     PIPELINE_RESUMED,
     TASK_CANCELLED,
 )
+from dlq.audit_details import CANCEL_REPEATED, AuditDetail, refusal_detail
 from dlq.models import AuditOutcome
 from tasks.cancellation import CancelResult, task_cancel
 from tasks.exceptions import ConfigurationError, PipelineControlRefused, TaskNotActionable, TaskNotCancellable

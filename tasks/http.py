@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import threading
 import urllib.parse
-from typing import TYPE_CHECKING, Any
+import uuid
+from typing import Any, Protocol
 
 import requests
 from requests.adapters import HTTPAdapter
 
 from tasks.exceptions import EffectRequired, StepTimeout
-
-if TYPE_CHECKING:
-    from tasks.context import StepContext
 
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # With less time than this left, a request would reach the far side after the caller gave up on it
@@ -58,10 +56,25 @@ def _thread_adapter() -> HTTPAdapter:
     return adapter
 
 
+class SessionContext(Protocol):
+    """What a session reads and records of its attempt: ``tasks.context.StepContext`` is one (it makes its session,
+    so this module names only what it needs of it)."""
+
+    task_id: uuid.UUID
+    acted_keys: dict[str, str]
+
+    @property
+    def call_deadline_ms(self) -> int: ...
+
+    def remaining(self) -> float: ...
+
+    def idempotency_key(self, name: str) -> str: ...
+
+
 class StepSession(requests.Session):
     """The ``requests.Session`` behind ``ctx.http``; see the module docstring."""
 
-    def __init__(self, ctx: StepContext) -> None:
+    def __init__(self, ctx: SessionContext) -> None:
         super().__init__()
         self.ctx = ctx
         adapter = _thread_adapter()

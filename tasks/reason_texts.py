@@ -16,7 +16,8 @@ from typing import Any
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
-from tasks.models import FailureReason
+# From its own module, not the package: the package's DeadLetter words its reason with these texts.
+from tasks.models.task import FailureReason
 
 REASON_MESSAGES = {
     FailureReason.PERMANENT_ERROR: _("Step '%(step)s' failed with a permanent error (%(code)s): %(message)s"),

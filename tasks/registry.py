@@ -6,7 +6,7 @@ import importlib
 import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from django.apps import AppConfig, apps
 from django.core.exceptions import ImproperlyConfigured
@@ -15,21 +15,27 @@ from django.utils.module_loading import module_has_submodule
 from tasks.conf import engine_settings
 from tasks.exceptions import ConfigurationError, UnknownPipeline
 
-if TYPE_CHECKING:
-    from tasks.pipelines import Pipeline
 
-_PIPELINES: dict[str, Pipeline] = {}
+class RegisteredPipeline(Protocol):
+    """A ``tasks.pipelines.Pipeline`` as the registry holds it. A Pipeline registers itself here when it is
+    declared, so this module does not import it and names only what it and ``tasks.queues`` read of one."""
+
+    name: str
+    queue: str
+
+
+_PIPELINES: dict[str, RegisteredPipeline] = {}
 ENGINE_DIR = Path(__file__).resolve().parent
 
 
-def register(pipeline: Pipeline) -> None:
+def register(pipeline: RegisteredPipeline) -> None:
     existing = _PIPELINES.get(pipeline.name)
     if existing is not None and existing is not pipeline:
         raise ConfigurationError(f"a pipeline named {pipeline.name!r} is already registered")
     _PIPELINES[pipeline.name] = pipeline
 
 
-def register_once(name: str, build: Callable[[], Pipeline]) -> Pipeline:
+def register_once(name: str, build: Callable[[], RegisteredPipeline]) -> RegisteredPipeline:
     """The pipeline registered as ``name``, built and registered by ``build`` the first time (a built-in's way)."""
     existing = _PIPELINES.get(name)
     if existing is not None:
@@ -43,7 +49,7 @@ def unregister(name: str) -> None:
     _PIPELINES.pop(name, None)
 
 
-def get(name: str) -> Pipeline:
+def get(name: str) -> RegisteredPipeline:
     try:
         return _PIPELINES[name]
     except KeyError:
@@ -54,7 +60,7 @@ def names() -> list[str]:
     return sorted(_PIPELINES)
 
 
-def all_pipelines() -> list[Pipeline]:
+def all_pipelines() -> list[RegisteredPipeline]:
     """Every registered pipeline, by name."""
     return [_PIPELINES[name] for name in sorted(_PIPELINES)]
 

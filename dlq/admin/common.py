@@ -13,8 +13,9 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.translation import gettext_lazy as _
 
-from dlq.actions import ActionDenied, ActionRefused, ReasonRequired, action_label
+from dlq.actions import ActionDenied, ActionRefused, ReasonRequired
 from dlq.audit import audit_denied
+from dlq.audit_actions import action_label
 from dlq.audit_details import detail_text
 from dlq.bulk import BulkRefused
 from dlq.models import AuditEntry

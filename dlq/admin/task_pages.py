@@ -29,8 +29,8 @@ from django.utils.translation import ngettext
 from dlq.actions import MAX_REASON_LENGTH
 from dlq.admin.common import DenialsAuditedMixin, ServiceViewMixin, client_ip, deny, selected_row_ids
 from dlq.alerting.masking import secret_masked
+from dlq.audit_actions import TASK_CANCELLED
 from dlq.audit_details import refusal_detail
-from dlq.control_audit import TASK_CANCELLED
 from dlq.lifecycle import lifecycle_svg
 from dlq.live_actions import CANCEL_PERMISSION, operator_actor, task_cancel_by_operator, task_cancellable
 from dlq.models import AuditEntry

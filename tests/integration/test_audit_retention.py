@@ -9,7 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 
-from dlq.audit import AUDIT_PURGE_ACTION, AUDIT_PURGE_KIND, audit_entries_purge, audit_entries_purge_due
+from dlq.audit import AUDIT_PURGE_KIND, audit_entries_purge, audit_entries_purge_due
+from dlq.audit_actions import AUDIT_PURGE_ACTION
 from dlq.models import AuditEntry
 from tasks import sweeper
 from tasks.models import RetentionPurge

@@ -21,11 +21,12 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone, translation
 
-from dlq.actions import ActionRefused, action_label, dlq_item_act
+from dlq.actions import ActionRefused, dlq_item_act
 from dlq.alerting.config_changes import alert_channel_test, alert_config_enabled_set, alert_config_save
 from dlq.alerting.models import AlertChannel, AlertEvent, AlertKind, AlertRule
 from dlq.alerting.rules import alerts_evaluate
 from dlq.audit import audit_entries_purge
+from dlq.audit_actions import action_label
 from dlq.bulk import bulk_operation_request
 from dlq.models import AuditEntry, AuditOutcome, BulkOperation, DLQItem
 from tasks import registry

@@ -8,12 +8,10 @@ import socket
 import socketserver
 import sys
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from tasks.demo.platform_simulator.simulator import ReportPlatformSimulator
+from typing import Any
 
 # The package's one logger, named as when the simulator was a single module.
 logger = logging.getLogger(__package__)
@@ -67,13 +65,17 @@ class _BadFraming(Exception):
     pass
 
 
+# What answers a request (the simulator's ``_handle``): method, target, the headers it reads, body, Host.
+_Responder = Callable[[str, str, Mapping[str, str], bytes, str], _Response]
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], simulator: ReportPlatformSimulator) -> None:
+    def __init__(self, address: tuple[str, int], respond: _Responder) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
-        self.simulator = simulator
+        self.respond = respond
         self._connections: set[socket.socket] = set()
         self._connections_changed = threading.Condition()
         super().__init__(address, _Handler)
@@ -153,7 +155,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         headers = {name: self.headers[name] for name in ("X-Task-Id", "X-Request-Deadline", "Idempotency-Key")}
         headers = {name: value for name, value in headers.items() if value is not None}
-        response = self.server.simulator._handle(self.command, self.path, headers, raw, self.headers.get("Host", ""))
+        response = self.server.respond(self.command, self.path, headers, raw, self.headers.get("Host", ""))
         self._write(response)
 
     def _read_body(self) -> bytes:

@@ -54,7 +54,7 @@ class ReportPlatformSimulator:
             return self
         self._stopping.clear()
         self._signalled = False
-        self._server = _Server((self.config.host, self.config.port), self)
+        self._server = _Server((self.config.host, self.config.port), self._handle)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.05},
