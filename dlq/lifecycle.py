@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from xml.sax.saxutils import escape, quoteattr
 
 from django.utils.translation import gettext_lazy as _
+from django_fsm import ANY_OTHER_STATE, ANY_STATE, State
 
-from tasks.models import TaskState
+from tasks.models import Task, TaskState
 
 BOX_WIDTH = 164
 BOX_HEIGHT = 36
 WIDTH = 960
-HEIGHT = 394
+HEIGHT = 414
 LINE_HEIGHT = 13
 # Everything is drawn this far down: the cancel of a queued task runs along the top margin, above the boxes.
 TOP_MARGIN = 24
@@ -50,80 +51,138 @@ POSITIONS = {
 
 
 @dataclass(frozen=True)
-class Transition:
-    source: str
-    target: str
+class Route:
+    """Where the arrow of one change of state runs, and what it says."""
+
     label: tuple  # one lazily translated string per line
     path: str  # SVG path data, drawn from source to target
     label_at: tuple[int, int]
     anchor: str = "middle"
 
 
-TRANSITIONS = (
-    Transition(TaskState.QUEUED, TaskState.RUNNING, (_("claim"),), "M182,50 H316", (249, 42)),
-    Transition(TaskState.RUNNING, TaskState.SUCCEEDED, (_("all steps done"),), "M482,50 H636", (559, 42)),
-    Transition(
-        TaskState.RUNNING,
-        TaskState.RETRY_SCHEDULED,
-        (_("transient error,"), _("attempts and"), _("deadline left")),
-        "M350,68 L290,140",
-        (305, 88),
-        "end",
+# How each change of state is drawn. Which changes there are is the state machine's (``state_changes``): a route
+# here for a change it does not have is never drawn, and a change without one is drawn as a straight arrow.
+ROUTES = {
+    (TaskState.QUEUED, TaskState.RUNNING): Route((_("claim"),), "M182,56 H316", (249, 70)),
+    # Held at a step boundary (paused, a limit), or its lease expired: waiting again, no attempt used.
+    (TaskState.RUNNING, TaskState.QUEUED): Route((_("held back or worker lost"),), "M318,40 H184", (250, 30)),
+    (TaskState.RUNNING, TaskState.SUCCEEDED): Route((_("all steps done"),), "M482,50 H636", (559, 42)),
+    (TaskState.RUNNING, TaskState.RETRY_SCHEDULED): Route(
+        (_("transient error,"), _("attempts and"), _("deadline left")), "M350,68 L290,140", (305, 88), "end"
     ),
-    Transition(TaskState.RETRY_SCHEDULED, TaskState.QUEUED, (_("due"),), "M200,142 L132,70", (155, 116), "end"),
-    Transition(
-        TaskState.RUNNING,
-        TaskState.FAILED,
+    (TaskState.RETRY_SCHEDULED, TaskState.QUEUED): Route((_("due"),), "M200,142 L132,70", (155, 116), "end"),
+    (TaskState.RUNNING, TaskState.FAILED): Route(
         (_("permanent error,"), _("attempts exhausted,"), _("deadline passed,"), _("crash loop")),
         "M400,68 V250",
         (412, 174),
         "start",
     ),
-    Transition(
-        TaskState.FAILED,
-        TaskState.COMPENSATING,
-        (_("pipeline policy"), _("or operator")),
-        "M482,270 H556",
-        (519, 228),
+    (TaskState.FAILED, TaskState.COMPENSATING): Route(
+        (_("pipeline policy"), _("or operator")), "M482,270 H556", (519, 300)
     ),
-    Transition(TaskState.COMPENSATING, TaskState.COMPENSATED, (), "M722,262 L776,222", (0, 0)),
-    Transition(TaskState.COMPENSATING, TaskState.COMPENSATION_FAILED, (), "M722,278 L776,318", (0, 0)),
-    Transition(
-        TaskState.FAILED,
-        TaskState.QUEUED,
-        (_("operator retry from DLQ"),),
-        "M318,270 H100 V70",
-        (209, 288),
+    (TaskState.COMPENSATING, TaskState.COMPENSATED): Route((), "M722,262 L776,222", (0, 0)),
+    (TaskState.COMPENSATING, TaskState.COMPENSATION_FAILED): Route((), "M722,278 L776,318", (0, 0)),
+    # An operator's retries from the DLQ share one line into QUEUED.
+    (TaskState.FAILED, TaskState.QUEUED): Route((_("operator retry from DLQ"),), "M318,270 H100 V70", (209, 288)),
+    (TaskState.COMPENSATION_FAILED, TaskState.QUEUED): Route(
+        (_("operator retry from DLQ"),), "M860,348 V376 H100 V70", (480, 370)
     ),
+    (TaskState.COMPENSATED, TaskState.QUEUED): Route((), "M942,210 H952 V376 H100 V70", (0, 0)),
+    (TaskState.COMPENSATION_FAILED, TaskState.COMPENSATING): Route(
+        (_("operator"), _("retries")), "M778,338 H700 V290", (692, 322), "end"
+    ),
+    # Parked before its first step: its pipeline is unknown or changed, or its deadline passed.
+    (TaskState.QUEUED, TaskState.FAILED): Route((_("no step can run"),), "M114,68 V258 H316", (122, 250), "start"),
     # A cancel (tasks.cancellation): at once when nothing runs, at the next step boundary when running. A task
     # with completed steps undoes them first (COMPENSATING), unless its pipeline parks cancels for an operator.
-    Transition(TaskState.QUEUED, TaskState.CANCELLED, (_("cancel"),), "M100,32 V10 H900 V160 H724", (500, 4)),
-    Transition(TaskState.RETRY_SCHEDULED, TaskState.CANCELLED, (_("cancel"),), "M332,160 H556", (480, 154)),
-    Transition(
-        TaskState.RUNNING,
-        TaskState.CANCELLED,
-        (_("cancel, at the next"), _("step boundary")),
-        "M470,68 L578,142",
-        (536, 92),
-        "start",
+    (TaskState.QUEUED, TaskState.CANCELLED): Route((_("cancel"),), "M100,32 V10 H900 V160 H724", (500, 4)),
+    (TaskState.RETRY_SCHEDULED, TaskState.CANCELLED): Route((_("cancel"),), "M332,160 H556", (480, 154)),
+    (TaskState.RUNNING, TaskState.CANCELLED): Route(
+        (_("cancel, at the next"), _("step boundary")), "M470,68 L578,142", (536, 92), "start"
     ),
-    Transition(
-        TaskState.COMPENSATING,
-        TaskState.CANCELLED,
-        (_("cancelled task's"), _("steps undone")),
-        "M628,252 V180",
-        (620, 196),
-        "end",
+    # A cancel with completed steps to undo: the three share one line into COMPENSATING.
+    (TaskState.QUEUED, TaskState.COMPENSATING): Route(
+        (_("cancel, with"), _("steps to undo")), "M114,68 V236 H600 V250", (122, 217), "start"
     ),
-    Transition(
-        TaskState.CANCELLED,
-        TaskState.COMPENSATING,
-        (_("operator"), _("compensates")),
-        "M652,178 V250",
-        (660, 208),
-        "start",
+    (TaskState.RETRY_SCHEDULED, TaskState.COMPENSATING): Route((), "M250,178 V236 H600 V250", (0, 0)),
+    (TaskState.RUNNING, TaskState.COMPENSATING): Route((), "M370,68 V236 H600 V250", (0, 0)),
+    (TaskState.COMPENSATING, TaskState.CANCELLED): Route(
+        (_("cancelled task's"), _("steps undone")), "M628,252 V180", (620, 196), "end"
     ),
-)
+    (TaskState.CANCELLED, TaskState.COMPENSATING): Route(
+        (_("operator"), _("compensates")), "M652,178 V250", (660, 208), "start"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One arrow of the drawing: a change of state and where it runs."""
+
+    source: TaskState
+    target: TaskState
+    route: Route
+
+
+def state_changes() -> set[tuple[str, str]]:
+    """Every change of state the FSM on ``Task`` allows, as (source, target).
+
+    Read from django-fsm-2's own introspection, so a transition added to the
+    model is drawn without a word changed here. A transition that keeps the
+    state (``advance``, a lease taken over) is no change of state.
+    """
+    states = [state.value for state in TaskState]
+    changes = set()
+    for transition in Task().get_all_state_transitions():
+        for target in _targets(transition):
+            if transition.source == ANY_STATE:
+                sources = states
+            elif transition.source == ANY_OTHER_STATE:
+                sources = [state for state in states if state != target]
+            else:
+                sources = [str(transition.source)]
+            changes.update((source, target) for source in sources if source != target)
+    return changes
+
+
+def _targets(transition) -> list[str]:
+    target = transition.target
+    if target is None:  # django-fsm-2: the state stays as it is
+        return []
+    if isinstance(target, State):  # RETURN_VALUE / GET_STATE: one of the states it allows
+        if not target.allowed_states:
+            raise ValueError(f"transition {transition.name!r}: its target states are not declared")
+        return [str(state) for state in target.allowed_states]
+    return [str(target)]
+
+
+def drawn_transitions() -> list[Transition]:
+    """The arrows of the drawing: every change of state, in the order of ``ROUTES`` (the others after them)."""
+    order = {change: index for index, change in enumerate(ROUTES)}
+    arrows = []
+    for source, target in sorted(state_changes(), key=lambda change: (order.get(change, len(order)), change)):
+        source_state, target_state = _state(source), _state(target)
+        route = ROUTES.get((source_state, target_state)) or _straight_route(source_state, target_state)
+        arrows.append(Transition(source_state, target_state, route))
+    return arrows
+
+
+def _state(value: str) -> TaskState:
+    state = TaskState(value)
+    if state not in POSITIONS:
+        raise LookupError(f"the lifecycle drawing has no place for state {value!r}: add it to dlq.lifecycle.POSITIONS")
+    return state
+
+
+def _straight_route(source: TaskState, target: TaskState) -> Route:
+    """From box edge to box edge along the line between their centres, unlabelled."""
+    (x1, y1), (x2, y2) = POSITIONS[source], POSITIONS[target]
+    dx, dy = x2 - x1, y2 - y1
+    # The part of the way from a centre to its box's edge (the boxes are alike, so the same at both ends).
+    edge = min(BOX_WIDTH / 2 / abs(dx) if dx else 1.0, BOX_HEIGHT / 2 / abs(dy) if dy else 1.0)
+    start = (round(x1 + dx * edge), round(y1 + dy * edge))
+    end = (round(x2 - dx * edge), round(y2 - dy * edge))
+    return Route((), f"M{start[0]},{start[1]} L{end[0]},{end[1]}", (0, 0))
 
 
 def _text(x: int, y: int, lines, *, anchor: str = "middle", css_class: str = "") -> str:
@@ -164,12 +223,13 @@ def _state_box(state: TaskState, current: bool) -> str:
 def _transition(transition: Transition, current_state: str) -> str:
     leaves_current = transition.source == current_state
     width = "2" if leaves_current else "1.2"
+    route = transition.route
     line = (
-        f'<path d="{transition.path}" fill="none" stroke="currentColor" stroke-width="{width}" '
+        f'<path d="{route.path}" fill="none" stroke="currentColor" stroke-width="{width}" '
         f'marker-end="url(#rc-lifecycle-arrow)"/>'
     )
-    x, y = transition.label_at
-    label = _text(x, y, transition.label, anchor=transition.anchor, css_class="transition-label")
+    x, y = route.label_at
+    label = _text(x, y, route.label, anchor=route.anchor, css_class="transition-label")
     return (
         f'<g class="transition" data-source={quoteattr(str(transition.source.value))} '
         f"data-target={quoteattr(str(transition.target.value))}>{line}{label}</g>"
@@ -195,7 +255,7 @@ def lifecycle_svg(current_state: str) -> str:
         "</defs>",
     ]
     parts.append(f'<g transform="translate(0,{TOP_MARGIN})">')
-    parts.extend(_transition(transition, current_state) for transition in TRANSITIONS)
-    parts.extend(_state_box(state, state.value == current_state) for state in TaskState)
+    parts.extend(_transition(transition, current_state) for transition in drawn_transitions())
+    parts.extend(_state_box(_state(state), state.value == current_state) for state in TaskState)
     parts.append("</g></svg>")
     return "".join(parts)
