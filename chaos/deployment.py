@@ -31,7 +31,7 @@ from chaos.processes import (
 from chaos.topology import PgBouncer, PostgresCluster, SentinelRedis
 from reliability_console.config import redact_url as redact
 
-# gunicorn for the campaign's clients: 2 processes with threads, as the README suggests for 2 cores.
+# gunicorn for the campaign's clients: 2 processes with threads for the 2 cores, as docs/performance.md's API figures.
 WEB_PROCESSES = 2
 WEB_THREADS = 16
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432"

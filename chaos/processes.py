@@ -282,7 +282,7 @@ def gunicorn_argv(port: int, *, processes: int, threads: int | None = None, time
         str(processes),
         "--graceful-timeout",
         "5",
-        # As in production (README): no credential of a URL or a header in gunicorn's own logs.
+        # As in production (docs/production.md): no credential of a URL or a header in gunicorn's own logs.
         "--logger-class",
         "reliability_console.gunicorn_logging.RedactingLogger",
     ]

@@ -1,7 +1,7 @@
 """The console's roles, as Django groups with permissions.
 
-The README's role table lists these permission codes role by role
-(tests/integration/test_roles_readme.py compares the two and the groups).
+The role table of docs/operate-dlq.md lists these permission codes role by role
+(tests/integration/test_roles_docs.py compares the two and the groups).
 """
 
 from __future__ import annotations

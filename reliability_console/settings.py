@@ -1,4 +1,4 @@
-"""Django settings, all read from environment variables (see README, Configuration)."""
+"""Django settings, all read from environment variables (see docs/configuration.md)."""
 
 from __future__ import annotations
 
@@ -297,7 +297,7 @@ if django.VERSION >= (6, 1):
         }
     }
     if _email_backend == _email_console and not env.str("EMAIL_BACKEND"):
-        # With no SMTP server configured, e-mail channels print their messages (README, Configuration), in
+        # With no SMTP server configured, e-mail channels print their messages (docs/configuration.md), in
         # production too, as on 5.2 and 6.0; 6.1's deploy check calls the console backend an error. Silenced only
         # for that default: a console backend asked for by name is still reported.
         SILENCED_SYSTEM_CHECKS = ["mail.E001"]

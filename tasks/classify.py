@@ -58,7 +58,7 @@ def classify(exc: BaseException, extra_transient: tuple[type[BaseException], ...
 
 
 def _http_status(response: requests.Response, message: str, error_class: str) -> Classification:
-    # raise_for_status() of requests, or ctx.http: classified by status, as the README promises.
+    # raise_for_status() of requests, or ctx.http: classified by status, as docs/write-a-pipeline.md promises.
     status = response.status_code
     code = f"http_{status}"
     if not status_is_transient(status):

@@ -168,7 +168,7 @@ def leaky_reject(ctx):
     raise ValueError(f"rejected {ctx.input}")
 
 
-# An adopter's step as the README's reader writes it: plain requests and raise_for_status(), no engine client.
+# An adopter's step as docs/write-a-pipeline.md shows it: plain requests and raise_for_status(), no engine client.
 raw_http = Pipeline(
     "t_raw_http", retry=RetryPolicy(max_attempts=4, base_delay=0.1, max_delay=0.2), failure_policy=FailurePolicy.PARK
 )

@@ -28,7 +28,7 @@ class Received:
         return self.headers.get("idempotency-key", "")
 
     def signature_valid(self, secret: str, tolerance: float = 300, now: float | None = None) -> bool:
-        # The README's verification, written out here so the test does not trust the code it checks.
+        # docs/alerts-and-metrics.md's verification, written out here so the test does not trust the code it checks.
         parts = dict(
             part.split("=", 1) for part in self.headers.get("reliability-signature", "").split(",") if "=" in part
         )

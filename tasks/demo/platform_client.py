@@ -1,4 +1,4 @@
-"""HTTP client for the report platform's wire contract (see README, "The demo pipeline").
+"""HTTP client for the report platform's wire contract (see docs/getting-started.md, "The demo").
 
 Built on ``ctx.http`` (``tasks.http``): every call sends ``X-Task-Id`` and
 ``X-Request-Deadline`` and uses the time left as its timeout; every POST, PUT

@@ -3,7 +3,7 @@
 A fresh ``django-admin startproject`` in a temporary directory, with this checkout installed from a wheel (not
 editable), twice: on the newest supported Django (6.1, Python 3.12) with psycopg 3 and ``django.tasks``; and on
 Django 5.2 LTS (Python 3.11) with psycopg2 and the ``django-tasks`` backport (the extra ``[tasks]``). The project
-adds only what the README's "Add it to your Django project" lists: the three apps, ``RQ_QUEUES``, ``TASKS`` with
+adds only what docs/embedding.md ("Add it to your Django project") lists: the three apps, ``RQ_QUEUES``, ``TASKS`` with
 the engine's backend, and one ``include("dlq.urls")`` beside its own admin; plus its own database (a fresh one of
 this test) and an app ``shop`` with a model, an ``@task`` module and a ``pipelines.py``. ``migrate``, a real worker
 (``manage.py rqworker --with-scheduler``) and the sweeper (``manage.py run_sweeper``) from that venv, then a
@@ -55,7 +55,7 @@ COMMAND_TIMEOUT_SECONDS = 120
 SCENARIO_WAIT_SECONDS = 60
 
 SETTINGS_ADDITIONS = """
-# --- the README's "Add it to your Django project" ---
+# --- docs/embedding.md, "Add it to your Django project" ---
 INSTALLED_APPS += ["shop", "tasks", "django_rq", "dlq"]
 RQ_QUEUES = {{name: {{"URL": {redis_url!r}}} for name in ("critical", "default", "bulk")}}
 TASKS = {{"default": {{"BACKEND": "tasks.backends.ReliabilityBackend"}}}}
@@ -267,7 +267,7 @@ def fresh_database():
 
 @pytest.fixture
 def embedded_project(flavour_venv, fresh_database, clean_redis, tmp_path):
-    """``startproject mysite`` with the README's additions and the ``shop`` app; migrated; its python and env."""
+    """``startproject mysite`` with docs/embedding.md's additions and the ``shop`` app; migrated; its python and env."""
     flavour, python = flavour_venv
     env = {key: value for key, value in os.environ.items() if not key.startswith(("DJANGO_", "RELIABILITY_"))}
     env.pop("PYTHONPATH", None)

@@ -14,11 +14,11 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCREENSHOTS = ROOT / "var" / "screenshots"
-# The README's screenshots: written by the browser tests, so they show the console as it is.
+# The docs' screenshots (docs/screenshots/): written by the browser tests, so they show the console as it is.
 DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"
-# The tallest page a README screenshot shows whole (the dashboard's charts are below the fold).
+# The tallest page a docs screenshot shows whole (the dashboard's charts are below the fold).
 MAX_SCREENSHOT_HEIGHT = 4200
-# Every browser's window, and what a full-page README screenshot goes back to.
+# Every browser's window, and what a full-page docs screenshot goes back to.
 WINDOW_SIZE = (1400, 1000)
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -79,7 +79,7 @@ def screenshot(driver, name: str, folder: Path = SCREENSHOTS) -> Path:
 
 
 def docs_screenshot(driver, name: str) -> Path:
-    """A screenshot of the whole page (up to MAX_SCREENSHOT_HEIGHT) for the README, in docs/screenshots/."""
+    """A screenshot of the whole page (up to MAX_SCREENSHOT_HEIGHT) for the docs, in docs/screenshots/."""
     width = driver.execute_script("return window.outerWidth")
     height = driver.execute_script("return document.documentElement.scrollHeight")
     driver.set_window_size(width, min(height + 140, MAX_SCREENSHOT_HEIGHT))

@@ -1,5 +1,5 @@
 """The console looks like the product, in English and in Chinese: its name, indented JSON, a timeline that fits,
-a dashboard that refreshes itself. Writes the README's screenshots (docs/screenshots/)."""
+a dashboard that refreshes itself. Writes the docs' screenshots (docs/screenshots/)."""
 
 from __future__ import annotations
 

@@ -82,7 +82,7 @@ def test_an_operator_triages_a_failure_group_and_retries_an_item(
     assert len(rows) == 1 and "operator-b" in rows[0].text and "upstream fixed in OPS-42" in rows[0].text
     assert AuditEntry.objects.get(target_id=str(target.pk)).client_ip == "127.0.0.1"
 
-    # The task page and the dashboard, for the README.
+    # The task page and the dashboard, for the docs (docs/operate-dlq.md).
     driver.get(f"{live_server.url}/admin/tasks/task/{target.task_id}/change/")
     screenshot(driver, "task-page")
     driver.get(f"{live_server.url}/admin/dashboard/")

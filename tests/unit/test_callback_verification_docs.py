@@ -1,4 +1,5 @@
-"""The README's callback verification snippet, run as a receiver would: it accepts what we send, nothing else."""
+"""The callback verification snippet of docs/submit-and-api.md, run as a receiver would: it accepts what we send,
+nothing else."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ BODY = b'{"event":"task.succeeded","task":{"id":"7","state":"succeeded"}}'
 
 @pytest.fixture(scope="module")
 def callback_verify():
-    readme = (ROOT / "README.md").read_text()
-    blocks = [block for block in re.findall(r"```python\n(.*?)```", readme, re.S) if "def callback_verify" in block]
-    assert len(blocks) == 1, "the README shows one callback_verify snippet"
+    page = (ROOT / "docs" / "submit-and-api.md").read_text()
+    blocks = [block for block in re.findall(r"```python\n(.*?)```", page, re.S) if "def callback_verify" in block]
+    assert len(blocks) == 1, "docs/submit-and-api.md shows one callback_verify snippet"
     namespace: dict = {}
-    exec(compile(blocks[0], "README.md:callback_verify", "exec"), namespace)  # our own README's code
+    exec(compile(blocks[0], "docs/submit-and-api.md:callback_verify", "exec"), namespace)  # our own docs' code
     return namespace["callback_verify"]
 
 
