@@ -27,14 +27,14 @@ from dlq.audit_details import (
 )
 from dlq.models import AuditOutcome, DLQItem, DLQStatus, ResolutionCode
 from tasks.exceptions import ReliabilityError, TaskNotActionable
-from tasks.models import Task, TaskState
-from tasks.services import (
+from tasks.lifecycle.operator import (
     CLOSABLE_STATES,
     task_close,
     task_compensate,
     task_retry_from_checkpoint,
     task_retry_from_start,
 )
+from tasks.models import Task, TaskState
 
 # A reason is what the audit log keeps of an action (also the item's resolution note): one limit for both.
 MAX_REASON_LENGTH = REASON_MAX_LENGTH

@@ -72,7 +72,7 @@ DETAIL_MESSAGES = {
     ITEM_RESOLVED: _("this dead letter was already resolved"),
     ITEM_STATE_CHANGED: _("not possible while the task is %(state)s: someone may have acted first"),
     TEST_DELIVERED: _("test notification delivered"),
-    # The engine's refusals (tasks.services, tasks.cancellation, tasks.pipeline_controls), by their codes.
+    # The engine's refusals (tasks.lifecycle.operator and .cancellation, tasks.pipeline_controls), by their codes.
     "retry_not_failed": _("the task is %(state)s: only failed tasks can be retried from checkpoint"),
     "retry_cancelled": _("the task was cancelled: compensate it or close its dead letter"),
     "retry_from_start_not_allowed": _(

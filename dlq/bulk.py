@@ -287,7 +287,7 @@ def bulk_operation_control(*, actor, operation_id: int, command: str, client_ip:
 
 def bulk_operation_deliver(*, operation_id: int, delay: float = 0.0) -> bool:
     # The operation's own job runs on the default queue: an operator's action must not wait behind a
-    # bulk backlog. The tasks it retries go back on their pipelines' queues (tasks.services delivers them).
+    # bulk backlog. The tasks it retries go back on their pipelines' queues (tasks.lifecycle.operator delivers them).
     queue = get_queue()
     try:
         if delay > 0:

@@ -1,6 +1,6 @@
 """The audit of live control: one entry for every accepted cancel and every pause, resume or limit change.
 
-The engine sends ``tasks.cancellation.cancel_requested`` and
+The engine sends ``tasks.lifecycle.cancellation.cancel_requested`` and
 ``tasks.pipeline_controls.pipeline_control_changed`` inside the transaction
 of the change, whoever asked for it: an operator in the console
 (``operator:<username>``), an API client (``client:<name>``), Python code.
@@ -17,7 +17,7 @@ from dlq.audit import audit_record
 from dlq.audit_actions import PIPELINE_LIMITS_RESET, PIPELINE_LIMITS_SET, TASK_CANCELLED
 from dlq.audit_details import CANCEL_AT_BOUNDARY, LIMIT_KEYS, LIMITS_CHANGED, NO_DETAIL, AuditDetail
 from dlq.models import AuditOutcome
-from tasks.cancellation import cancel_requested
+from tasks.lifecycle.cancellation import cancel_requested
 from tasks.models import TaskState
 from tasks.pipeline_controls import pipeline_control_changed
 

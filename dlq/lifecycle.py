@@ -93,7 +93,7 @@ ROUTES = {
     ),
     # Parked before its first step: its pipeline is unknown or changed, or its deadline passed.
     (TaskState.QUEUED, TaskState.FAILED): Route((_("no step can run"),), "M114,68 V258 H316", (122, 250), "start"),
-    # A cancel (tasks.cancellation): at once when nothing runs, at the next step boundary when running. A task
+    # A cancel (tasks.lifecycle.cancellation): at once when nothing runs, at the next step boundary when running. A task
     # with completed steps undoes them first (COMPENSATING), unless its pipeline parks cancels for an operator.
     (TaskState.QUEUED, TaskState.CANCELLED): Route((_("cancel"),), "M100,32 V10 H900 V160 H724", (500, 4)),
     (TaskState.RETRY_SCHEDULED, TaskState.CANCELLED): Route((_("cancel"),), "M332,160 H556", (480, 154)),

@@ -1,7 +1,7 @@
 """The console's records: its view of dead letters, the audit log, bulk operations; alerting's models.
 
 Dead letters are the engine's (``tasks.models.DeadLetter``, written by
-``tasks.dead_letters``); ``DLQItem`` is the console's proxy of them, which
+``tasks.lifecycle.dead_letters``); ``DLQItem`` is the console's proxy of them, which
 carries the operators' permissions and the admin pages (``/admin/dlq/dlqitem/``).
 Alerting's models live in ``dlq.alerting.models`` and are imported here so
 the app registers them.

@@ -52,14 +52,22 @@ def roles_setup() -> dict[str, int]:
     """Create or update the viewer, operator and supervisor groups; return permissions per group."""
     result = {}
     with transaction.atomic():
+        permissions = _permissions({code for codes in ROLES.values() for code in codes})
         for name, codes in ROLES.items():
             group, _ = Group.objects.get_or_create(name=name)
-            permissions = [_permission(code) for code in codes]
-            group.permissions.set(permissions)
-            result[name] = len(permissions)
+            group.permissions.set([permissions[code] for code in codes])
+            result[name] = len(codes)
     return result
 
 
-def _permission(code: str) -> Permission:
-    app_label, codename = code.split(".", 1)
-    return Permission.objects.get(content_type__app_label=app_label, codename=codename)
+def _permissions(codes: set[str]) -> dict[str, Permission]:
+    """Each of ``codes`` (``app_label.codename``) and its permission, read in one query rather than one per code."""
+    candidates = Permission.objects.filter(codename__in={code.split(".", 1)[1] for code in codes})
+    found = {
+        f"{permission.content_type.app_label}.{permission.codename}": permission
+        for permission in candidates.select_related("content_type")
+    }
+    missing = sorted(codes - found.keys())
+    if missing:
+        raise Permission.DoesNotExist(f"no permission {', '.join(missing)}")
+    return found

@@ -241,7 +241,7 @@ def submit_child(pipeline: str, count: int, batch: str) -> None:
     import django
 
     django.setup()
-    from tasks.services import task_submit
+    from tasks.submission import task_submit
 
     for index in range(count):
         task_submit(pipeline=pipeline, input={"batch": batch, "n": index})

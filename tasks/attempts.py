@@ -3,7 +3,7 @@
 The step runner and the compensation runner both go through ``attempt_run``,
 so a timeout, a transient and a permanent error mean the same thing whatever
 was attempted. It writes nothing: the caller decides (retry or not) and hands
-the ``AttemptRecord`` to ``tasks.outcomes``.
+the ``AttemptRecord`` to ``tasks.lifecycle.outcomes``.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ compensate), with the usual reasons; the original task is not touched.
 from __future__ import annotations
 
 from tasks import registry
-from tasks.callbacks import CALLBACK_PIPELINE, callback_url_check
+from tasks.callback_urls import callback_url_check
+from tasks.callbacks import CALLBACK_PIPELINE
 from tasks.clients import signing_secrets
 from tasks.conf import engine_settings
 from tasks.exceptions import InvalidTaskInput, PermanentError

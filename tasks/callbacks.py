@@ -9,7 +9,7 @@ letter when the receiver keeps failing, and nothing of it touches the
 original task.
 
 The callback task is created in the transaction that moves the original task
-to its terminal state (``tasks.outcomes``), so a crash loses no callback;
+to its terminal state (``tasks.lifecycle.outcomes``), so a crash loses no callback;
 its submission is idempotent on (task, event, generation) in its own scope,
 so a repeat of the same outcome never makes a second one. The body is taken
 at that moment (the task as it finished, the same bytes on every attempt).
@@ -24,14 +24,13 @@ choosing.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from tasks.api.errors import json_bytes
 from tasks.conf import engine_settings
-from tasks.exceptions import IdempotencyKeyReused, InvalidTaskInput
+from tasks.exceptions import IdempotencyKeyReused
 from tasks.models import Task, TaskState
-from tasks.outbound import OutboundPolicy, OutboundUrlRefused, Resolver, outbound_url_check
 from tasks.selectors import task_representation
+from tasks.submission import submission_create
 
 logger = logging.getLogger(__name__)
 
@@ -49,31 +48,6 @@ CALLBACK_STATES = frozenset(
 )
 
 
-def callback_policy() -> OutboundPolicy:
-    """Callbacks reach only the hosts the deployment lists (none: callbacks are off)."""
-    return OutboundPolicy(
-        what="callback_url",
-        setting="RELIABILITY_CALLBACK_ALLOWED_HOSTS",
-        allowed_hosts=engine_settings.CALLBACK_ALLOWED_HOSTS,
-        off_message="callbacks are off on this server",
-    )
-
-
-def callback_url_check(url: Any, *, resolve: Resolver | None = None) -> str:
-    """``url`` if the engine may POST to it, else ``InvalidTaskInput`` (the API's 400 ``validation_error``).
-
-    The rules of ``tasks.outbound``: an http(s) URL without credentials whose
-    host (and port) is listed and is at no forbidden address. At submission
-    only an IP literal's address is checked; ``resolve`` (the sender, before
-    each attempt) checks every address the name has then.
-    """
-    try:
-        outbound_url_check(url, policy=callback_policy(), resolve=resolve)
-    except OutboundUrlRefused as exc:
-        raise InvalidTaskInput(exc.message, details={"callback_url": exc.message, "rule": exc.rule}) from None
-    return url
-
-
 def callback_event(state: str) -> str:
     return f"task.{state}"
 
@@ -86,9 +60,6 @@ def callback_submit(*, task: Task) -> Task | None:
     """
     if not task.callback_url or task.state not in CALLBACK_STATES:
         return None
-    # A submission imports this module's checks; import it here to keep the import graph a tree.
-    from tasks.submission import submission_create
-
     event = callback_event(task.state)
     key = f"{task.pk}-{event}-g{task.generation}"
     body = json_bytes({"event": event, "task": task_representation(task)})

@@ -15,10 +15,10 @@
 
 A task that cannot start is held, not spun on: it holds no worker and uses
 no attempt. A held task is released (delivered again) when it may start: by
-the run that frees a slot (``slot_freed``), by a resume, at its rate
+the run that frees a slot, by a resume, at its rate
 permit's time (a scheduled delivery), and by the sweeper, which looks at
-every pipeline with held tasks on each sweep (``held_tasks_sweep``) and so
-catches anything the others missed. Every release is re-checked by the
+every pipeline with held tasks on each sweep and so catches anything the others missed
+(``tasks.lifecycle.holds``, which writes every hold and release). Every release is re-checked by the
 claim: a released task that still cannot start is held again.
 
 Compensations and failure notices are not held back: they undo what steps
@@ -28,16 +28,13 @@ did, and a paused or limited pipeline must still be able to clean up.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.db.models import Count, Exists, OuterRef
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from tasks import registry
-from tasks.delivery import deliver_many
 from tasks.exceptions import UnknownPipeline
 from tasks.limits_policy import ControlValues, Gate, RateLimit, gate_for
 from tasks.models import ConcurrencySlot, PipelineControl, RatePermit, Task, TaskHold, TaskState
@@ -251,47 +248,6 @@ def _rows_ensure(model, pipeline: str, count: int, defaults: dict) -> None:
     )
 
 
-# --- releasing held tasks ----------------------------------------------------------
-
-
-def held_tasks_release(
-    *,
-    pipeline: str,
-    holds: Iterable[str],
-    limit: int,
-    overdue_only: bool = False,
-    grace: timedelta = RATE_RELEASE_GRACE,
-) -> int:
-    """Deliver up to ``limit`` of ``pipeline``'s tasks held for ``holds``, longest held first; how many.
-
-    ``overdue_only``: only tasks whose start time (``retry_at``) is ``grace``
-    past. Each released task is delivered after commit and claimed as any
-    other, so one that still cannot start is held again.
-    """
-    if limit <= 0:
-        return 0
-    held = Task.objects.filter(state=TaskState.QUEUED, pipeline=pipeline, hold__in=list(holds))
-    if overdue_only:
-        held = held.filter(retry_at__lte=Now() - grace)
-    with transaction.atomic():
-        rows = list(
-            held.order_by("updated_at", "pk")
-            .select_for_update(skip_locked=True)
-            .values_list("pk", "fencing_token")[:limit]
-        )
-        if not rows:
-            return 0
-        Task.objects.filter(pk__in=[pk for pk, _ in rows], state=TaskState.QUEUED).update(
-            hold=TaskHold.NONE, retry_at=None, updated_at=timezone.now()
-        )
-        transaction.on_commit(lambda: deliver_many(rows, pipeline=pipeline))
-    logger.info(
-        "held tasks released",
-        extra={"event": "held_tasks_released", "pipeline": pipeline, "count": len(rows)},
-    )
-    return len(rows)
-
-
 def releasable(*, pipeline: str, gate: Gate) -> int:
     """How many tasks of ``pipeline`` held for pause or concurrency may be released under ``gate`` now."""
     if gate.paused:
@@ -299,107 +255,6 @@ def releasable(*, pipeline: str, gate: Gate) -> int:
     if gate.max_concurrency is None:
         return RELEASE_BATCH_SIZE
     return max(gate.max_concurrency - slots_in_use(pipeline=pipeline, limit=gate.max_concurrency), 0)
-
-
-def slot_freed(*, pipeline: str) -> None:
-    """After commit of a run of a concurrency-limited ``pipeline`` that ended: let one held task try the slot."""
-
-    def release() -> None:
-        try:
-            held_tasks_release(pipeline=pipeline, holds=[TaskHold.CONCURRENCY], limit=1)
-        except Exception:  # the sweeper releases it on its next sweep; this run's outcome is committed
-            logger.warning("release after a freed slot failed", extra={"event": "release_failed", "pipeline": pipeline})
-
-    transaction.on_commit(release)
-
-
-def hold_recheck(*, task_id, pipeline: str, hold: str) -> None:
-    """After a hold commits: if what held the task is gone already, release it (no wake-up is lost).
-
-    A run that frees a slot (or a resume) after the hold's check but before
-    its commit found no held task to wake: this second look, after the
-    commit, sees that run's commit, as the run's release would see this hold.
-    """
-
-    def recheck() -> None:
-        try:
-            gate = gate_of(pipeline=pipeline)
-            if hold == TaskHold.PAUSED and gate.paused:
-                return
-            if hold == TaskHold.CONCURRENCY and (gate.paused or not releasable(pipeline=pipeline, gate=gate)):
-                return
-            held_tasks_release_one(task_id=task_id, pipeline=pipeline, hold=hold)
-        except Exception:
-            logger.warning("held task recheck failed", extra={"event": "release_failed", "task_id": str(task_id)})
-
-    transaction.on_commit(recheck)
-
-
-def held_tasks_release_one(*, task_id, pipeline: str, hold: str | None = None) -> bool:
-    """Deliver the held task ``task_id`` (if it is still held, for ``hold`` when given); whether it was."""
-    held = Task.objects.filter(pk=task_id, state=TaskState.QUEUED).exclude(hold=TaskHold.NONE)
-    if hold is not None:
-        held = held.filter(hold=hold)
-    with transaction.atomic():
-        row = held.select_for_update(skip_locked=True).values_list("pk", "fencing_token").first()
-        if row is None:
-            return False
-        Task.objects.filter(pk=task_id).update(hold=TaskHold.NONE, retry_at=None, updated_at=timezone.now())
-        transaction.on_commit(lambda: deliver_many([row], pipeline=pipeline))
-    return True
-
-
-def held_tasks_sweep() -> int:
-    """The sweeper's pass over held tasks: release what may start now; how many were released.
-
-    Per pipeline with held tasks: those past their deadline (the claim fails
-    them, whatever holds the pipeline: deadlines keep running), those
-    held for pause or concurrency that the gate lets start, rate-held
-    ones whose scheduled delivery is overdue, and those submitted with a
-    later start whose time has come (the sweeper is their only delivery:
-    no job waits in RQ's scheduler for them).
-    """
-    released = 0
-    held = Task.objects.filter(state=TaskState.QUEUED).exclude(hold=TaskHold.NONE)
-    for pipeline in _pipelines_with_held_tasks():
-        urgent = list(
-            held.filter(pipeline=pipeline, deadline__lte=Now()).values_list("pk", flat=True)[:RELEASE_BATCH_SIZE]
-        )
-        for task_id in urgent:
-            released += held_tasks_release_one(task_id=task_id, pipeline=pipeline)
-        gate = gate_of(pipeline=pipeline)
-        released += held_tasks_release(
-            pipeline=pipeline,
-            holds=[TaskHold.CONCURRENCY, TaskHold.PAUSED],
-            limit=releasable(pipeline=pipeline, gate=gate),
-        )
-        if not gate.paused:
-            released += held_tasks_release(
-                pipeline=pipeline, holds=[TaskHold.RATE], limit=RELEASE_BATCH_SIZE, overdue_only=True
-            )
-        # Whatever the gate says: a released task's claim holds it again for pause or a limit.
-        released += held_tasks_release(
-            pipeline=pipeline,
-            holds=[TaskHold.START_TIME],
-            limit=RELEASE_BATCH_SIZE,
-            overdue_only=True,
-            grace=timedelta(0),
-        )
-    return released
-
-
-def _pipelines_with_held_tasks() -> list[str]:
-    """The pipelines that have held tasks: a loose index scan of ``task_held_idx`` (one probe per pipeline)."""
-    held = Task.objects.filter(state=TaskState.QUEUED).exclude(hold=TaskHold.NONE)
-    found: list[str] = []
-    after = None
-    while True:
-        rows = held if after is None else held.filter(pipeline__gt=after)
-        name = rows.order_by("pipeline").values_list("pipeline", flat=True).first()
-        if name is None:
-            return found
-        found.append(name)
-        after = name
 
 
 def held_counts() -> dict[tuple[str, str], int]:

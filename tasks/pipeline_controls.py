@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from tasks import limits, registry
 from tasks.exceptions import ConfigurationError, PipelineControlRefused, UnknownPipeline
+from tasks.lifecycle.holds import held_tasks_release
 from tasks.limits_policy import Gate, RateLimit, concurrency_check, gate_for
 from tasks.models import PipelineControl, Task, TaskHold, TaskState
 
@@ -249,11 +250,11 @@ def _changed(
 def _release(pipeline: str) -> None:
     """After a resume or a limit change: let held tasks start, as many as the gate allows now."""
     gate = limits.gate_of(pipeline=pipeline)
-    limits.held_tasks_release(
+    held_tasks_release(
         pipeline=pipeline,
         holds=[TaskHold.PAUSED, TaskHold.CONCURRENCY],
         limit=limits.releasable(pipeline=pipeline, gate=gate),
     )
     if not gate.paused and gate.rate is None:
         # The rate limit was lifted: tasks waiting for their turn at it need not wait for their scheduled time.
-        limits.held_tasks_release(pipeline=pipeline, holds=[TaskHold.RATE], limit=limits.RELEASE_BATCH_SIZE)
+        held_tasks_release(pipeline=pipeline, holds=[TaskHold.RATE], limit=limits.RELEASE_BATCH_SIZE)

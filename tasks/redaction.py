@@ -13,7 +13,7 @@ Three things are redacted, wherever they appear:
   outputs.
 
 The engine's writers apply it when they store (``tasks.attempts``,
-``tasks.outcomes``, ``tasks.dead_letters``): nothing unredacted reaches the
+``tasks.lifecycle.outcomes``, ``tasks.lifecycle.dead_letters``): nothing unredacted reaches the
 database, so every reader (the API, the admin, the alerts) is safe.
 
 Logs get the same treatment for URLs: ``query_strings_redacted`` takes the

@@ -48,6 +48,7 @@ from django.utils import timezone
 
 from tasks import metrics
 from tasks.conf import engine_settings
+from tasks.lifecycle.purge import tasks_purge
 from tasks.models import TERMINAL_STATES, DeadLetter, DLQStatus, IdempotencyRecord, RetentionPurge, Task
 
 logger = logging.getLogger(__name__)
@@ -302,16 +303,7 @@ def _batch(cutoff, now, after, batch_size: int, report: PurgeReport) -> list[tup
     ids = [pk for _, pk in found if pk not in kept]
     if not ids:
         return found
-    # Resolved dead letters protect their task (PROTECT): they go first. An unresolved one is not here (its
-    # task is kept, and the task's row is locked); if one were, the task's delete would raise ProtectedError
-    # and roll the whole batch back.
-    _, dead_letters = DeadLetter.objects.filter(task_id__in=ids, status=DLQStatus.RESOLVED).delete()
-    # Django deletes what the tasks own (CASCADE) and applies every other app's on_delete to rows pointing at them.
-    # It loads the tasks first: only the columns a Task needs to exist (its FSM mixin reads the state).
-    _, owned = Task.objects.filter(pk__in=ids).only("pk", "state").delete()
-    rows = {**dead_letters}
-    for label, number in owned.items():
-        rows[label] = rows.get(label, 0) + number
+    rows = tasks_purge(task_ids=ids)
     tasks = rows.get(Task._meta.label, 0)
     report.tasks += tasks
     report.count(rows)

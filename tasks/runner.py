@@ -2,7 +2,7 @@
 
 The runner applies the policies (retry, timeout, deadline, failure policy);
 each attempt runs through ``tasks.attempts`` and every outcome is written by
-``tasks.outcomes`` in one transaction. No Redis round trip happens between
+``tasks.lifecycle.outcomes`` in one transaction. No Redis round trip happens between
 two steps of a task.
 """
 
@@ -20,21 +20,24 @@ from django.utils import timezone
 
 from tasks import compensation, limits, registry
 from tasks.attempts import attempt_run
+from tasks.claim import Claim
 from tasks.classify import Classification
 from tasks.conf import engine_settings
 from tasks.context import StepContext
 from tasks.exceptions import LeaseLost, PermanentError, UnknownPipeline
-from tasks.fenced_writes import NO_SIGNALS
+from tasks.heartbeat import Heartbeat
 from tasks.json_text import unstorable_json
-from tasks.leases import Claim, Heartbeat, task_claim, task_hold
-from tasks.models import AttemptKind, AttemptOutcome, FailureReason, TaskHold, TaskState
-from tasks.outcomes import (
+from tasks.lifecycle.claims import task_claim
+from tasks.lifecycle.fenced_writes import NO_SIGNALS
+from tasks.lifecycle.holds import task_hold
+from tasks.lifecycle.outcomes import (
     step_retry_scheduled,
     step_succeeded,
     task_cancelled,
     task_failed,
     task_steps_redeclared,
 )
+from tasks.models import AttemptKind, AttemptOutcome, FailureReason, TaskHold, TaskState
 from tasks.pipeline_changes import pipeline_change
 from tasks.pipelines import FailurePolicy, Pipeline
 

@@ -26,13 +26,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from tasks import registry
-from tasks.callbacks import callback_url_check
+from tasks.callback_urls import callback_url_check
 from tasks.clients import api_client_signing_secret_ensure
-from tasks.delivery import deliver_on_commit
 from tasks.exceptions import InvalidTaskInput
 from tasks.idempotency import idempotency_abandon, idempotency_begin, idempotency_complete
 from tasks.json_text import unstorable_json
-from tasks.models import ApiClient, Task, TaskHold
+from tasks.lifecycle.creation import task_create
+from tasks.models import ApiClient, Task
 from tasks.pipelines import Pipeline
 
 logger = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ def submission_create(
                 )
             api_client_signing_secret_ensure(client=client)
         with transaction.atomic():
-            task = _task_create(
+            task = task_create(
                 spec=spec,
                 input=cleaned,
                 deadline=deadline_at,
@@ -180,49 +180,6 @@ def task_submit(
         callback_url=callback_url,
     )
     return submission.created or Task.objects.get(pk=submission.task_id)
-
-
-def _task_create(
-    *,
-    spec: Pipeline,
-    input: Any,
-    deadline: datetime | None,
-    client: ApiClient | None,
-    scope: str,
-    key: str | None,
-    fingerprint: str,
-    callback_url: str,
-    start_at: datetime | None = None,
-) -> Task:
-    # A start in the future is a hold with its time (no job, no worker, no attempt used): the
-    # sweeper's pass over held tasks delivers it when that time has come on the database's clock.
-    delayed = start_at is not None and start_at > timezone.now()
-    task = Task.objects.create(
-        pipeline=spec.name,
-        input=input,
-        total_steps=len(spec.steps),
-        step_names=[step.name for step in spec.steps],
-        deadline=deadline,
-        client=client,
-        idempotency_scope=scope if key is not None else "",
-        idempotency_key=key,
-        request_fingerprint=fingerprint,
-        callback_url=callback_url,
-        hold=TaskHold.START_TIME if delayed else TaskHold.NONE,
-        retry_at=start_at if delayed else None,
-    )
-    if not delayed:
-        deliver_on_commit(task.pk, task.fencing_token, pipeline=task.pipeline)
-    logger.info(
-        "task submitted",
-        extra={
-            "event": "task_submitted",
-            "task_id": str(task.pk),
-            "pipeline": spec.name,
-            "start_at": start_at.isoformat() if delayed else None,
-        },
-    )
-    return task
 
 
 def clean_input(spec: Pipeline, data: Any) -> Any:

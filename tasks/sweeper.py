@@ -1,6 +1,6 @@
 """The sweeper: rebuilds delivery from the database.
 
-It hands tasks whose lease expired to ``tasks.outcomes.lease_expired``
+It hands tasks whose lease expired to ``tasks.lifecycle.outcomes.lease_expired``
 (re-queue, or fail a crash loop), starts due retries even without an RQ
 scheduler, re-delivers QUEUED tasks whose job was never enqueued or was
 lost, and purges expired idempotency records. Each of the three hands on
@@ -36,13 +36,14 @@ from django.db.models.lookups import GreaterThan
 from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
-from tasks import limits
 from tasks.conf import engine_settings
-from tasks.delivery import deliver_on_commit, deliveries_lost, get_queue
+from tasks.delivery import deliveries_lost, get_queue
 from tasks.exceptions import LeaseLost
 from tasks.idempotency import idempotency_purge_expired
+from tasks.lifecycle.deliveries import delivery_repeated, retry_made_due
+from tasks.lifecycle.holds import held_tasks_sweep
+from tasks.lifecycle.outcomes import LeaseExpiry, lease_expired, on_cancel_policy, task_cancelled
 from tasks.models import LEASED_STATES, SweeperHeartbeat, Task, TaskHold, TaskState
-from tasks.outcomes import LeaseExpiry, lease_expired, on_cancel_policy, task_cancelled
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ def sweep_once() -> SweepReport:
     _pending_cancels(report)
     _due_retries(report)
     _lost_deliveries(report)
-    report.held_released = limits.held_tasks_sweep()
+    report.held_released = held_tasks_sweep()
     report.idempotency_records_purged = idempotency_purge_expired()
     for chore in _CHORES.values():
         if chore.interval is None:
@@ -196,9 +197,7 @@ def _due_retries(report: SweepReport) -> None:
                 task = _lock(due, pk)
                 if task is None:
                     continue
-                task.make_due()
-                task.save(update_fields=["state", "retry_at", "updated_at"])
-                deliver_on_commit(task.pk, task.fencing_token, pipeline=task.pipeline)
+                retry_made_due(task=task)
                 report.retries_started += 1
         except ConcurrentTransition:
             continue
@@ -228,9 +227,7 @@ def _lost_deliveries(report: SweepReport) -> None:
             task = _lock(waiting, pk)
             if task is None or task.fencing_token != token:
                 continue
-            # Touch the row so the next sweep waits a grace period before checking again.
-            Task.objects.filter(pk=pk).update(updated_at=timezone.now())
-            deliver_on_commit(task.pk, token, pipeline=task.pipeline)
+            delivery_repeated(task=task)
             report.redelivered += 1
 
 

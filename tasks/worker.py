@@ -150,7 +150,7 @@ class ReliabilityWorker(SimpleWorker):
     def handle_payload(self, message) -> None:
         """RQ's worker commands, plus ``cancel-task``: interrupt the waiting step of a task this worker runs."""
         from tasks import interrupts
-        from tasks.cancellation import CANCEL_COMMAND
+        from tasks.lifecycle.cancellation import CANCEL_COMMAND
 
         try:
             payload = json.loads(message["data"])

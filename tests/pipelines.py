@@ -324,7 +324,7 @@ def critical_item(ctx):
 def _effect_step(name: str):
     def step(ctx):
         if ctx.input.get("cancel_during") == name:
-            from tasks.cancellation import task_cancel
+            from tasks.lifecycle.cancellation import task_cancel
 
             task_cancel(task_id=ctx.task_id, actor="test:mid-step", reason="stop it")
         if ctx.input.get("fail_in") == name:

@@ -9,7 +9,7 @@ not ``random()``): the task insert, the DLQ insert and the detail insert each
 recompute what they need about a task (``_task_rows``) instead of reading it
 back. The statements take the shape's tables as arrays (``sql_params``): a
 weighted choice indexes an array of ``SLOTS`` positions with a uniform number,
-and the DLQ reasons are the production text (``tasks.dead_letters.reason_text``) with a
+and the DLQ reasons are the production text (``tasks.lifecycle.dead_letters.reason_text``) with a
 marker where each item's own message goes, plus the facts pages word it from
 (``reason_params``). Batches bind ``first`` and ``last``.
 """
@@ -39,7 +39,7 @@ from devtools.scale_data.shape import (
     UNRESOLVED_SHARE,
     SeedPlan,
 )
-from tasks.dead_letters import reason_text
+from tasks.lifecycle.dead_letters import reason_text
 
 
 def _slots(choices, universe) -> list[int]:

@@ -34,8 +34,8 @@ class TaskCreateIn(Schema):
     )
     callback_url: str | None = Field(
         None,
-        description="POSTed the task's terminal state, signed with the client's secret (see the README); "
-        "its host must be allowed by the server",
+        description="POSTed the task's terminal state, signed with the client's secret (the docs' Submit tasks "
+        "and the HTTP API); its host must be allowed by the server",
     )
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.api.errors import json_bytes
-from tasks.cancellation import task_cancel
+from tasks.lifecycle.cancellation import task_cancel
 from tasks.models import TERMINAL_STATES, ApiClient, Task
 from tasks.selectors import client_scope, task_representation
 from tasks.submission import submission_create

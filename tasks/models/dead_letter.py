@@ -1,7 +1,7 @@
 """The dead-letter record: one unresolved item per failed task, part of the task's failure outcome.
 
 The engine owns it: the item is opened, re-opened, moved and resolved by
-``tasks.dead_letters`` in the transaction that writes the task's outcome, so
+``tasks.lifecycle.dead_letters`` in the transaction that writes the task's outcome, so
 "every FAILED, COMPENSATED or COMPENSATION_FAILED task has exactly one open
 item" holds without the console. The console (``dlq``) shows it through a
 proxy model (``dlq.models.DLQItem``) that carries the operators' permissions
@@ -16,6 +16,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
+
+from tasks.models.door import DoorManager
 
 
 class DLQStatus(models.TextChoices):
@@ -70,6 +72,8 @@ class DeadLetter(models.Model):
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
     resolved_at = models.DateTimeField(_("resolved"), null=True, blank=True)
+
+    objects = DoorManager()  # bulk writes only inside tasks.lifecycle (tasks.models.door)
 
     class Meta:
         db_table = "dlq_dlqitem"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from tasks.models.door import DoorManager
+
 
 class AttemptKind(models.TextChoices):
     STEP = "step", _("step")
@@ -46,6 +48,8 @@ class StepAttempt(models.Model):
     retry_delay_seconds = models.FloatField(null=True, blank=True, help_text=_("delay before the next attempt"))
     retry_after_seconds = models.FloatField(null=True, blank=True, help_text=_("Retry-After sent by the far side"))
 
+    objects = DoorManager()  # bulk writes only inside tasks.lifecycle (tasks.models.door)
+
     class Meta:
         verbose_name = _("step attempt")
         verbose_name_plural = _("step attempts")
@@ -80,6 +84,8 @@ class Checkpoint(models.Model):
     has_compensation = models.BooleanField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    objects = DoorManager()  # bulk writes only inside tasks.lifecycle (tasks.models.door)
+
     class Meta:
         verbose_name = _("checkpoint")
         verbose_name_plural = _("checkpoints")
@@ -109,6 +115,8 @@ class SideEffect(models.Model):
     status = models.CharField(max_length=20, choices=EffectStatus.choices, default=EffectStatus.DONE)
     created_at = models.DateTimeField(auto_now_add=True)
     compensated_at = models.DateTimeField(null=True, blank=True)
+
+    objects = DoorManager()  # bulk writes only inside tasks.lifecycle (tasks.models.door)
 
     class Meta:
         verbose_name = _("side effect")

@@ -18,6 +18,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django_fsm import ConcurrentTransition, ConcurrentTransitionMixin, FSMField, FSMFieldMixin, transition
 
+from tasks.models.door import DoorManager
+
 
 class TaskState(models.TextChoices):
     QUEUED = "queued", _("queued")
@@ -28,7 +30,8 @@ class TaskState(models.TextChoices):
     COMPENSATING = "compensating", _("compensating")
     COMPENSATED = "compensated", _("compensated")
     COMPENSATION_FAILED = "compensation_failed", _("compensation failed")
-    # Stopped on request (tasks.cancellation): its completed steps were compensated, or the pipeline parks cancels.
+    # Stopped on request (tasks.lifecycle.cancellation): its completed steps were compensated, or the pipeline
+    # parks cancels.
     CANCELLED = "cancelled", _("cancelled")
 
 
@@ -90,7 +93,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
     # lost-delivery check skips held tasks: they are released (delivered) when they may start.
     hold = models.CharField(max_length=16, choices=TaskHold.choices, blank=True, default="", db_default="")
 
-    # A cancel (tasks.cancellation): when and by whom it was asked for, and why. Set once; a running
+    # A cancel (tasks.lifecycle.cancellation): when and by whom it was asked for, and why. Set once; a running
     # task stops at its next step boundary (or its waiting step is interrupted) once it sees it.
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_by = models.CharField(max_length=150, blank=True, default="", db_default="")
@@ -101,7 +104,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
     fencing_token = models.BigIntegerField(default=0)
     crash_count = models.PositiveIntegerField(default=0)
     # True while the task has an unresolved dead letter. Written only by
-    # tasks.dead_letters, in the transaction that changes the item; the runner
+    # tasks.lifecycle.dead_letters, in the transaction that changes the item; the runner
     # reads it to resolve the item when a retried task succeeds.
     in_dlq = models.BooleanField(default=False)
 
@@ -128,6 +131,8 @@ class Task(ConcurrentTransitionMixin, models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = DoorManager()  # bulk writes only inside tasks.lifecycle (tasks.models.door)
 
     class Meta:
         verbose_name = _("task")
@@ -172,7 +177,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
         return self._saved_state, getattr(self, "_loaded_fencing_token", None)
 
     def mark_saved(self) -> None:
-        """Record a write made outside ``save()`` (see ``tasks.fenced_writes``): the next guard starts here."""
+        """Record a write made outside ``save()`` (``tasks.lifecycle.fenced_writes``): the next guard starts here."""
         self._update_initial_state()
         self._loaded_fencing_token = self.fencing_token
 
@@ -434,7 +439,7 @@ def _fsm_fields(model: type[models.Model]) -> tuple[models.Field, ...]:
 
 
 # Cached: one expression object per lease length, so a fenced write compiles it once
-# (tasks.fenced_writes). Saving resolves a copy; the shared object is never changed.
+# (tasks.lifecycle.fenced_writes). Saving resolves a copy; the shared object is never changed.
 @functools.lru_cache(maxsize=32)
 def lease_expiry(lease_seconds: float):
     """An expression for "database now + lease": leases never trust a worker's clock."""

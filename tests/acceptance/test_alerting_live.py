@@ -11,8 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from dlq.alerting.rules import alerts_evaluate
 from dlq.models import AlertChannel, AlertEvent, AlertRule, DLQItem, DLQStatus
 from tasks.models import AttemptKind, StepAttempt, Task
+from tasks.models.door import door_forced
 from tasks.runner import task_run
-from tasks.services import task_submit
+from tasks.submission import task_submit
 from tests.support import ManagedProcess, manage, pid_of_owner, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
@@ -59,7 +60,8 @@ def test_webhook_gets_one_firing_renotify_after_the_interval_and_one_resolved(st
     wait_for(lambda: len(webhook_receiver.accepted()) == 2, timeout=30, message="the re-notification delivery")
 
     # Operators clear the queue: one resolved notification, then silence.
-    DLQItem.objects.update(status=DLQStatus.RESOLVED)
+    with door_forced():
+        DLQItem.objects.update(status=DLQStatus.RESOLVED)
     assert [event.kind for event in alerts_evaluate().events] == ["resolved"]
     assert alerts_evaluate().events == []
     wait_for(lambda: len(webhook_receiver.accepted()) == 3, timeout=30, message="the resolved notification")

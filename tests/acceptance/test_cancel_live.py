@@ -17,9 +17,9 @@ import pytest
 import requests
 
 from dlq.models import AuditEntry
-from tasks import cancellation
 from tasks.clients import api_client_create
 from tasks.delivery import get_queue, job_id
+from tasks.lifecycle import cancellation
 from tasks.models import AttemptKind, AttemptOutcome, EffectStatus, SideEffect, StepAttempt, Task
 from tests.pipelines import LIVE_CANCEL_STEPS
 from tests.support import wait_for
@@ -240,7 +240,7 @@ def test_a_sleeping_step_is_interrupted_by_the_heartbeat_when_the_cancel_command
 ):
     # The canceller (this process) tells no worker: the worker's heartbeat (a third of the 3 s lease) must see
     # the request on the task's row and stop the step, asleep for a minute.
-    from tasks.services import task_submit
+    from tasks.submission import task_submit
 
     monkeypatch.setattr(cancellation, "_tell_lease_holder", lambda **_: None)
     pool = start_workers(1)

@@ -77,7 +77,9 @@ def test_run_after_does_not_start_before_its_time(start_workers, start_sweeper):
     now = task_functions.add.enqueue(2, 2)
 
     assert finished(task_functions.add, now.id, pool).status == TaskResultStatus.SUCCESSFUL
-    assert not task_functions.add.get_result(delayed.id).is_finished
+    # On a loaded machine the plain task may finish after run_after: then only the start times below can tell.
+    if db_now() < run_after:
+        assert not task_functions.add.get_result(delayed.id).is_finished
     result = finished(task_functions.add, delayed.id, pool, timeout=30)
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == {"sum": 2}
     attempt = StepAttempt.objects.get(task_id=delayed.id, kind=AttemptKind.STEP)

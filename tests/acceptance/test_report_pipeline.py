@@ -13,7 +13,7 @@ from dlq.models import DLQItem, DLQStatus
 from tasks.delivery import get_queue, job_id, redis_client
 from tasks.models import AttemptKind, AttemptOutcome, StepAttempt, Task
 from tasks.queues import queue_names
-from tasks.services import task_submit
+from tasks.submission import task_submit
 from tests.support import pid_of_owner, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
@@ -281,7 +281,7 @@ def test_a_task_that_kills_its_worker_every_time_ends_as_crash_loop(start_worker
 
 
 def test_a_compensation_that_keeps_failing_ends_in_compensation_failed(platform, start_workers):
-    from tasks.services import task_compensate
+    from tasks.lifecycle.operator import task_compensate
 
     platform.set_faults(
         rules=[

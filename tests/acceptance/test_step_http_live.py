@@ -12,7 +12,7 @@ import pytest
 
 from tasks.context import effect_key
 from tasks.models import AttemptKind, AttemptOutcome, EffectStatus, SideEffect, StepAttempt, Task
-from tasks.services import task_submit
+from tasks.submission import task_submit
 from tests.support import pid_of_owner, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

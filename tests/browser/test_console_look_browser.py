@@ -18,8 +18,9 @@ from dlq.alerting.rules import alerts_evaluate
 from dlq.models import DLQItem
 from dlq.roles import roles_setup
 from tasks.models import AttemptOutcome, StepAttempt, Task, TaskState
+from tasks.models.door import door_forced
 from tasks.runner import task_run
-from tasks.services import task_submit
+from tasks.submission import task_submit
 from tests.browser.conftest import PASSWORD, docs_screenshot, log_in
 from tests.support import wait_for
 
@@ -44,11 +45,14 @@ def console(clean_redis):
         parked.append(task)
     compensated = task_submit(pipeline="t_local", input={"fail_b": "permanent", "topic": "weekly-digest"})
     task_run(task_id=str(compensated.pk), worker="worker-1")
-    StepAttempt.objects.filter(task_id=compensated.pk, outcome=AttemptOutcome.PERMANENT_ERROR).update(
-        error_message=LONG_ERROR, error_code=LONG_CODE, worker=LONG_WORKER
-    )
-    Task.objects.filter(pk=compensated.pk).update(failure_message=LONG_ERROR, failure_code=LONG_CODE)
-    DLQItem.objects.filter(task=compensated).update(error_message=LONG_ERROR, error_code=LONG_CODE)
+    with door_forced():
+        StepAttempt.objects.filter(task_id=compensated.pk, outcome=AttemptOutcome.PERMANENT_ERROR).update(
+            error_message=LONG_ERROR, error_code=LONG_CODE, worker=LONG_WORKER
+        )
+    with door_forced():
+        Task.objects.filter(pk=compensated.pk).update(failure_message=LONG_ERROR, failure_code=LONG_CODE)
+    with door_forced():
+        DLQItem.objects.filter(task=compensated).update(error_message=LONG_ERROR, error_code=LONG_CODE)
     now = timezone.now()
     # Two hours of work: a few tasks finish every minute, some fail, some retries.
     for minute in range(120):
@@ -56,7 +60,9 @@ def console(clean_redis):
         outcomes += [TaskState.FAILED] * (minute % 7 == 0) + [TaskState.COMPENSATED] * (minute % 11 == 0)
         for state in outcomes:
             done = task_submit(pipeline="t_local", input={"minute": minute})
-            Task.objects.filter(pk=done.pk).update(state=state, finished_at=now - timedelta(minutes=minute, seconds=5))
+            with door_forced():
+                finished_at = now - timedelta(minutes=minute, seconds=5)
+                Task.objects.filter(pk=done.pk).update(state=state, finished_at=finished_at)
         for _ in range(minute * 7 % 5 // 2):
             StepAttempt.objects.create(
                 task_id=parked[0].pk,

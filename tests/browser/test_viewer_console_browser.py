@@ -14,7 +14,7 @@ from dlq.roles import roles_setup
 from tasks.delivery import get_queue
 from tasks.models import PipelineControl, Task, TaskState
 from tasks.pipeline_controls import pipeline_limits_set, pipeline_pause
-from tasks.services import task_submit
+from tasks.submission import task_submit
 from tests.browser.conftest import PASSWORD, log_in
 from tests.support import compensated_dead_letters, parked_dead_letters
 

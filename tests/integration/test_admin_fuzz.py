@@ -19,7 +19,7 @@ from django.urls import reverse
 from dlq.live_actions import PIPELINE_ACTIONS
 from tasks.models import Task
 from tasks.runner import task_run
-from tasks.services import task_submit
+from tasks.submission import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 
 from tasks.models import Task
 from tasks.runner import task_run
-from tasks.services import task_submit
+from tasks.submission import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,10 +18,11 @@ from django.utils import timezone
 
 from devtools.backlog import backlog_create
 from tasks import delivery, sweeper
-from tasks.leases import task_claim
+from tasks.lifecycle.claims import task_claim
 from tasks.models import Task, TaskState
+from tasks.models.door import door_forced
 from tasks.runner import task_run
-from tasks.services import task_submit
+from tasks.submission import task_submit
 from tasks.sweeper import sweep_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -105,13 +106,15 @@ def test_the_walk_over_waiting_tasks_loses_none_at_page_boundaries_or_ties(queue
     monkeypatch.setattr(sweeper, "WAITING_PAGE_SIZE", 3)
     monkeypatch.setattr(sweeper, "DELIVERY_CHECK_SIZE", 2)
     task_ids = _backlog(10)
-    Task.objects.update(updated_at=timezone.now() - timedelta(seconds=GRACE_SECONDS + 1))
+    with door_forced():
+        Task.objects.update(updated_at=timezone.now() - timedelta(seconds=GRACE_SECONDS + 1))
     # A compensating task nobody holds waits too: the walk merges both states.
     by_walk = sorted(task_ids)
     # Not the last one by the walk, whose job is lost too: two different lost jobs (task_ids[4] was the last
     # one in one run out of ten, and the test then counted one).
     compensating = by_walk[4]
-    Task.objects.filter(pk=compensating).update(state=TaskState.COMPENSATING)
+    with door_forced():
+        Task.objects.filter(pk=compensating).update(state=TaskState.COMPENSATING)
     for task_id in (by_walk[-1], compensating):
         job_id = delivery.job_id(task_id, 0)
         queue.connection.lrem(queue.key, 0, job_id)
@@ -128,7 +131,8 @@ def test_more_expired_leases_than_a_batch_are_handed_on_oldest_first(clean_redis
     now = timezone.now()
     for age, task in zip((40, 30, 20, 10), tasks, strict=True):
         assert task_claim(task_id=str(task.pk), owner="gone") is not None
-        Task.objects.filter(pk=task.pk).update(lease_expires_at=now - timedelta(seconds=age))
+        with door_forced():
+            Task.objects.filter(pk=task.pk).update(lease_expires_at=now - timedelta(seconds=age))
 
     assert sweep_once().requeued == 2
     assert _states(tasks) == ["queued", "queued", "running", "running"]
@@ -140,7 +144,8 @@ def test_more_due_retries_than_a_batch_are_started_oldest_first(clean_redis, mon
     now = timezone.now()
     for age, task in zip((40, 30, 20, 10), tasks, strict=True):
         assert task_run(task_id=str(task.pk), worker="w1") == "retry_scheduled"
-        Task.objects.filter(pk=task.pk).update(retry_at=now - timedelta(seconds=age))
+        with door_forced():
+            Task.objects.filter(pk=task.pk).update(retry_at=now - timedelta(seconds=age))
 
     assert sweep_once().retries_started == 2
     assert _states(tasks) == ["queued", "queued", "retry_scheduled", "retry_scheduled"]

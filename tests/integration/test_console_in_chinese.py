@@ -30,13 +30,14 @@ from dlq.audit_actions import action_label
 from dlq.bulk import bulk_operation_request
 from dlq.models import AuditEntry, AuditOutcome, BulkOperation, DLQItem
 from tasks import registry
-from tasks.cancellation import task_cancel
 from tasks.clients import api_client_create
-from tasks.leases import task_claim
+from tasks.lifecycle.cancellation import task_cancel
+from tasks.lifecycle.claims import task_claim
 from tasks.models import ApiClient, Task
+from tasks.models.door import door_forced
 from tasks.pipeline_controls import pipeline_limits_set, pipeline_pause
 from tasks.runner import task_run
-from tasks.services import task_submit
+from tasks.submission import task_submit
 from tests.support import aged_audit_entry
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -180,7 +181,8 @@ def seeded(clean_redis):
         dlq_item_act(item_id=closed.pk, action="retry", actor=root, reason="upstream fixed")
     engine_refused = task_submit(pipeline="t_parked", input={"fail": True, "topic": "q5"})
     task_run(task_id=str(engine_refused.pk), worker="w1")
-    Task.objects.filter(pk=engine_refused.pk).update(cancel_requested_at=timezone.now(), cancel_requested_by="root")
+    with door_forced():
+        Task.objects.filter(pk=engine_refused.pk).update(cancel_requested_at=timezone.now(), cancel_requested_by="root")
     with pytest.raises(ActionRefused):
         dlq_item_act(
             item_id=DLQItem.objects.get(task=engine_refused).pk, action="retry", actor=root, reason="upstream fixed"
@@ -330,7 +332,8 @@ def test_the_same_dead_letter_reads_in_english_and_in_chinese(client, seeded):
 def test_an_item_written_before_reason_parameters_existed_shows_its_stored_reason(client, seeded):
     client.force_login(seeded["root"])
     item = seeded["item"]
-    DLQItem.objects.filter(pk=item.pk).update(reason_params={}, reason="an older release wrote this")
+    with door_forced():
+        DLQItem.objects.filter(pk=item.pk).update(reason_params={}, reason="an older release wrote this")
     page = client.get(f"/admin/dlq/dlqitem/{item.pk}/change/", HTTP_ACCEPT_LANGUAGE="zh-Hans").content.decode()
     assert "an older release wrote this" in page
 

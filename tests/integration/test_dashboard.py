@@ -18,12 +18,13 @@ from dlq.audit import audit_entries_purge, audit_record
 from dlq.dashboard import GROWTH_HOURS, dlq_hourly_growth
 from dlq.models import AuditEntry, AuditOutcome, DLQItem, DLQStatus
 from dlq.svg_charts import Series, line_chart
-from tasks.cancellation import task_cancel
 from tasks.delivery import get_queue
+from tasks.lifecycle.cancellation import task_cancel
 from tasks.models import Checkpoint, RetentionPurge, SideEffect, StepAttempt, SweeperHeartbeat, Task, TaskState
+from tasks.models.door import door_forced
 from tasks.retention import TASKS_KIND, finished_tasks_purge
 from tasks.runner import task_run
-from tasks.services import task_submit
+from tasks.submission import task_submit
 from tasks.sweeper import sweeper_heartbeat
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -76,9 +77,10 @@ def _dead_letter(
         status=DLQStatus.OPEN if resolved_age is None else DLQStatus.RESOLVED,
     )
     now = now or timezone.now()
-    DLQItem.objects.filter(pk=item.pk).update(
-        created_at=now - age, resolved_at=None if resolved_age is None else now - resolved_age
-    )
+    with door_forced():
+        DLQItem.objects.filter(pk=item.pk).update(
+            created_at=now - age, resolved_at=None if resolved_age is None else now - resolved_age
+        )
     return item
 
 
@@ -137,7 +139,8 @@ def test_tasks_of_the_last_24_hours_are_counted_per_state(admin_client, clean_re
     cancelled = task_submit(pipeline="t_local", input={})
     task_cancel(task_id=cancelled.pk, actor="client:a", reason="not needed")
     old = task_submit(pipeline="t_local", input={})
-    Task.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(hours=25))
+    with door_forced():
+        Task.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(hours=25))
 
     response = admin_client.get(URL)
 
@@ -218,7 +221,9 @@ def test_growth_is_counted_per_hour_over_seven_days(clean_redis):
     outside = _dead_letter(age=timedelta(hours=168), now=now)
     resolved = {items[4].pk: 3, items[5].pk: 3, outside.pk: 2}
     for pk, hours_ago in resolved.items():
-        DLQItem.objects.filter(pk=pk).update(status=DLQStatus.RESOLVED, resolved_at=now - timedelta(hours=hours_ago))
+        with door_forced():
+            resolved_at = now - timedelta(hours=hours_ago)
+            DLQItem.objects.filter(pk=pk).update(status=DLQStatus.RESOLVED, resolved_at=resolved_at)
 
     growth = dlq_hourly_growth(now=now)
 
@@ -407,7 +412,8 @@ def test_rows_held_are_postgresqls_estimates_and_the_last_purges_are_shown(admin
     assert "Finished tasks are kept 30 days." in body and "No finished task has been purged yet." in body
     assert "Audit entries are kept forever." in body
 
-    Task.objects.filter(state=TaskState.SUCCEEDED).update(finished_at=timezone.now() - timedelta(days=31))
+    with door_forced():
+        Task.objects.filter(state=TaskState.SUCCEEDED).update(finished_at=timezone.now() - timedelta(days=31))
     report = finished_tasks_purge(older_than=timedelta(days=30), batch_size=100)
     audit_record(actor="a", action="close", target_type="dlqitem", target_id="1", outcome=AuditOutcome.SUCCEEDED)
     with connection.cursor() as cursor:

@@ -24,7 +24,9 @@ from tasks.exceptions import (
     TaskNotActionable,
     UnknownPipeline,
 )
-from tasks.leases import task_claim
+from tasks.lifecycle.claims import task_claim
+from tasks.lifecycle.operator import task_close, task_compensate, task_retry_from_checkpoint, task_retry_from_start
+from tasks.lifecycle.outcomes import step_succeeded
 from tasks.models import (
     AttemptKind,
     AttemptOutcome,
@@ -35,10 +37,10 @@ from tasks.models import (
     StepAttempt,
     Task,
 )
-from tasks.outcomes import step_succeeded
+from tasks.models.door import door_forced
 from tasks.pipeline_controls import pipeline_limits_reset, pipeline_pause, pipeline_resume
 from tasks.runner import task_run
-from tasks.services import task_close, task_compensate, task_retry_from_checkpoint, task_retry_from_start, task_submit
+from tasks.submission import task_submit
 from tasks.sweeper import sweep_once
 from tests.support import wait_for
 
@@ -145,12 +147,14 @@ def test_failing_compensation_ends_in_compensation_failed_and_is_not_repeated_on
     comp_attempts = StepAttempt.objects.filter(task=task, kind=AttemptKind.COMPENSATION)
     assert comp_attempts.count() == 5  # the compensation retry policy's budget
 
-    Task.objects.filter(pk=task.pk).update(input={"fail_b": "permanent"})  # the operator fixed the cause
+    with door_forced():
+        Task.objects.filter(pk=task.pk).update(input={"fail_b": "permanent"})  # the operator fixed the cause
     task_compensate(task_id=task.pk)
     assert task_run(task_id=str(task.pk), worker="w1") == "compensated"
     assert comp_attempts.filter(outcome=AttemptOutcome.SUCCEEDED).count() == 1
     # Retrying again finds the compensation recorded: it does not run twice.
-    Task.objects.filter(pk=task.pk).update(input={"fail_b": "permanent", "fail_compensation": True})
+    with door_forced():
+        Task.objects.filter(pk=task.pk).update(input={"fail_b": "permanent", "fail_compensation": True})
     assert DLQItem.objects.filter(task=task).count() == 1
 
 
@@ -165,7 +169,8 @@ def test_a_zombie_cannot_checkpoint_or_change_state():
     task = task_submit(pipeline="t_local", input={})
     zombie = task_claim(task_id=str(task.pk), owner="zombie")
     # The zombie stalls past its lease; the sweeper re-queues and another worker claims.
-    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    with door_forced():
+        Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert sweep_once().requeued == 1
     successor = task_claim(task_id=str(task.pk), owner="successor")
     assert successor is not None and successor.token > zombie.token
@@ -197,7 +202,8 @@ def test_expired_leases_past_the_bound_end_as_crash_loop(settings):
     task = task_submit(pipeline="t_local", input={})
     for _ in range(2):
         assert task_claim(task_id=str(task.pk), owner="doomed") is not None
-        Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        with door_forced():
+            Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
         sweep_once()
     task.refresh_from_db()
     assert (task.state, task.failure_reason) == ("compensating", "crash_loop")
@@ -207,7 +213,8 @@ def test_expired_leases_past_the_bound_end_as_crash_loop(settings):
 def test_due_retries_are_started_by_the_sweeper_without_a_scheduler():
     task = task_submit(pipeline="t_local", input={"fail_b": "transient"})
     task_run(task_id=str(task.pk), worker="w1")
-    Task.objects.filter(pk=task.pk).update(retry_at=timezone.now() - timedelta(seconds=5))
+    with door_forced():
+        Task.objects.filter(pk=task.pk).update(retry_at=timezone.now() - timedelta(seconds=5))
     assert sweep_once().retries_started == 1
     task.refresh_from_db()
     assert task.state == "queued"
@@ -215,7 +222,8 @@ def test_due_retries_are_started_by_the_sweeper_without_a_scheduler():
 
 def test_deadline_passed_before_start_fails_without_an_attempt():
     task = task_submit(pipeline="t_local", input={}, deadline=0.001)
-    Task.objects.filter(pk=task.pk).update(deadline=timezone.now() - timedelta(seconds=1))
+    with door_forced():
+        Task.objects.filter(pk=task.pk).update(deadline=timezone.now() - timedelta(seconds=1))
     assert task_run(task_id=str(task.pk), worker="w1") == "compensated"
     task.refresh_from_db()
     assert task.failure_reason == "deadline_exceeded"
@@ -239,7 +247,8 @@ def _lose_leases(task, times: int, owner: str = "doomed") -> list:
     reports = []
     for _ in range(times):
         assert task_claim(task_id=str(task.pk), owner=owner) is not None
-        Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        with door_forced():
+            Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
         reports.append(sweep_once())
     return reports
 
@@ -354,7 +363,8 @@ def test_a_failed_checkpoint_write_is_not_the_steps_failure_and_the_lease_resume
     assert not StepAttempt.objects.filter(task=task).exists()  # no failed attempt recorded: not a step failure
     assert not DLQItem.objects.filter(task=task).exists()
     # The lease runs out, the sweeper re-queues, the step runs again with the same key and the task finishes.
-    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    with door_forced():
+        Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert sweep_once().requeued == 1
     assert task_run(task_id=str(task.pk), worker="w2") == "succeeded"
     task.refresh_from_db()

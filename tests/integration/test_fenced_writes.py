@@ -13,13 +13,15 @@ from django.db.backends.postgresql.psycopg_any import is_psycopg3
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from tasks import fenced_writes
 from tasks.attempts import AttemptRecord
 from tasks.exceptions import LeaseLost
-from tasks.leases import Heartbeat, task_claim
+from tasks.heartbeat import Heartbeat
+from tasks.lifecycle import fenced_writes
+from tasks.lifecycle.claims import task_claim
+from tasks.lifecycle.outcomes import step_succeeded
 from tasks.models import AttemptKind, AttemptOutcome, Checkpoint, EffectStatus, SideEffect, StepAttempt, Task
-from tasks.outcomes import step_succeeded
-from tasks.services import task_submit
+from tasks.models.door import door_forced
+from tasks.submission import task_submit
 from tasks.sweeper import sweep_once
 from tests.support import wait_for
 
@@ -88,7 +90,8 @@ def test_a_step_writes_progress_checkpoint_attempt_and_ledger_together(write_pat
 def test_a_zombie_step_writes_nothing(write_path):
     task = task_submit(pipeline="t_local", input={})
     zombie = task_claim(task_id=str(task.pk), owner="zombie")
-    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    with door_forced():
+        Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert sweep_once().requeued == 1
     successor = task_claim(task_id=str(task.pk), owner="successor")
     attempts_before = StepAttempt.objects.filter(task=task).count()
@@ -109,7 +112,8 @@ def test_a_write_after_another_writer_changed_the_state_is_rejected(write_path):
     task = task_submit(pipeline="t_local", input={})
     claim = task_claim(task_id=str(task.pk), owner="w1")
     # Same token, other state: the state guard alone must reject the write.
-    Task.objects.filter(pk=task.pk).update(state="compensating")
+    with door_forced():
+        Task.objects.filter(pk=task.pk).update(state="compensating")
 
     with pytest.raises(LeaseLost):
         step_succeeded(claim=claim, record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
@@ -135,7 +139,8 @@ def test_a_claim_after_a_crash_reads_the_checkpoints_back(write_path):
     task = task_submit(pipeline="t_local", input={})
     first = task_claim(task_id=str(task.pk), owner="w1")
     step_succeeded(claim=first, record=record(0, "local_a"), output={"a": [1, None]}, used_keys={}, is_last=False)
-    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    with door_forced():
+        Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert sweep_once().requeued == 1
 
     second = task_claim(task_id=str(task.pk), owner="w2")
@@ -166,7 +171,8 @@ def test_the_fenced_update_finds_the_task_by_its_primary_key():
     # Statistics taken while many tasks wait and none runs make "state =
     # 'running'" look selective: a plain condition on state would then be
     # answered from the state index, walking every running task on each step.
-    Task.objects.bulk_create(Task(pipeline="t_local", total_steps=2) for _ in range(500))
+    with door_forced():
+        Task.objects.bulk_create(Task(pipeline="t_local", total_steps=2) for _ in range(500))
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE tasks_task")
     claims = [task_claim(task_id=str(task_submit(pipeline="t_local", input={"n": n}).pk), owner="w") for n in range(30)]
@@ -287,7 +293,8 @@ def test_the_heartbeat_extends_the_lease_until_its_task_ends():
 def test_the_heartbeat_reports_a_lease_taken_over():
     task = task_submit(pipeline="t_local", input={})
     claim = task_claim(task_id=str(task.pk), owner="w1")
-    Task.objects.filter(pk=task.pk).update(fencing_token=claim.token + 1)
+    with door_forced():
+        Task.objects.filter(pk=task.pk).update(fencing_token=claim.token + 1)
 
     with Heartbeat(task_id=task.pk, fencing_token=claim.token, interval=0.05) as heartbeat:
         assert heartbeat.lost.wait(timeout=10)

@@ -11,7 +11,7 @@ import pytest
 from tasks.context import effect_key
 from tasks.models import AttemptKind, EffectStatus, SideEffect, StepAttempt, Task
 from tasks.runner import task_run
-from tasks.services import task_submit
+from tasks.submission import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,10 +13,12 @@ import pytest
 from django.utils import timezone
 
 from tasks import limits
-from tasks.cancellation import cancel_requested, task_cancel
 from tasks.delivery import get_queue, job_id
 from tasks.exceptions import PipelineControlRefused, TaskNotActionable, TaskNotCancellable
-from tasks.leases import task_claim
+from tasks.lifecycle import holds
+from tasks.lifecycle.cancellation import cancel_requested, task_cancel
+from tasks.lifecycle.claims import task_claim
+from tasks.lifecycle.operator import task_compensate, task_retry_from_checkpoint
 from tasks.models import (
     AttemptKind,
     AttemptOutcome,
@@ -29,6 +31,7 @@ from tasks.models import (
     TaskHold,
     TaskState,
 )
+from tasks.models.door import door_forced
 from tasks.pipeline_controls import (
     pipeline_limits_reset,
     pipeline_limits_set,
@@ -37,7 +40,7 @@ from tasks.pipeline_controls import (
     pipeline_states,
 )
 from tasks.runner import task_run
-from tasks.services import task_compensate, task_retry_from_checkpoint, task_submit
+from tasks.submission import task_submit
 from tasks.sweeper import sweep_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -258,7 +261,8 @@ def test_a_task_whose_deadline_passes_while_paused_fails_deadline_exceeded():
     task = task_submit(pipeline="t_cancellable", input={}, deadline=1)
     assert task_run(task_id=str(task.pk), worker="w1") == "skipped"
     assert _reload(task).hold == TaskHold.PAUSED
-    Task.objects.filter(pk=task.pk).update(deadline=timezone.now() - timedelta(seconds=1))
+    with door_forced():
+        Task.objects.filter(pk=task.pk).update(deadline=timezone.now() - timedelta(seconds=1))
     sweep_once()  # releases held tasks past their deadline, paused or not
     assert _reload(task).hold == ""
     task_run(task_id=str(task.pk), worker="w1")
@@ -303,7 +307,8 @@ def test_a_slot_of_a_task_whose_worker_died_frees_when_the_sweeper_hands_the_tas
     second = task_submit(pipeline="t_one_at_a_time", input={"n": 2})
     assert task_claim(task_id=str(first.pk), owner="dead-worker") is not None
     assert task_claim(task_id=str(second.pk), owner="w2") is None
-    Task.objects.filter(pk=first.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    with door_forced():
+        Task.objects.filter(pk=first.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     report = sweep_once()
     assert report.requeued == 1
     assert _reload(first).state == TaskState.QUEUED
@@ -354,7 +359,7 @@ def test_a_task_held_by_its_claim_and_released_before_its_job_ends_is_delivered_
     second = task_submit(pipeline="t_one_at_a_time", input={"n": 2})
     running = task_claim(task_id=str(first.pk), owner="w1")
     get_queue("default").remove(job_id(first.pk, 0))  # the first task runs here, not in the worker
-    original_recheck = limits.hold_recheck
+    original_recheck = holds.hold_recheck
 
     def slot_frees_meanwhile(**kwargs):
         from django.db import transaction
@@ -362,7 +367,7 @@ def test_a_task_held_by_its_claim_and_released_before_its_job_ends_is_delivered_
         transaction.on_commit(lambda: runner._run_steps(running))
         original_recheck(**kwargs)
 
-    monkeypatch.setattr(limits, "hold_recheck", slot_frees_meanwhile)
+    monkeypatch.setattr(holds, "hold_recheck", slot_frees_meanwhile)
     ReliabilityWorker([get_queue("default")], connection=redis_client()).work(burst=True)
     assert _reload(first).state == TaskState.SUCCEEDED
     assert _reload(second).state == TaskState.SUCCEEDED

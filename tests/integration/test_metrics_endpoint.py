@@ -7,8 +7,9 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from dlq.models import AlertChannel, AlertRule, DLQItem, DLQStatus
+from tasks.models.door import door_forced
 from tasks.runner import task_run
-from tasks.services import task_submit
+from tasks.submission import task_submit
 from tasks.sweeper import sweeper_heartbeat
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -202,7 +203,7 @@ def test_an_expired_lease_counts_as_a_crash(client, settings, clean_redis):
 
     from django.utils import timezone
 
-    from tasks.leases import task_claim
+    from tasks.lifecycle.claims import task_claim
     from tasks.models import Task
     from tasks.sweeper import sweep_once
 
@@ -222,7 +223,8 @@ def test_an_expired_lease_counts_as_a_crash(client, settings, clean_redis):
     before = crashes()
     task = task_submit(pipeline="t_local", input={})
     assert task_claim(task_id=str(task.pk), owner="doomed") is not None
-    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=5))
+    with door_forced():
+        Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=5))
     assert sweep_once().requeued == 1
     after = crashes()
     assert (after[0] - before[0], after[1] - before[1]) == (1, 1)

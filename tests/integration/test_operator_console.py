@@ -27,8 +27,9 @@ from dlq.roles import roles_setup
 from tasks.context import effect_key
 from tasks.delivery import get_queue, job_id
 from tasks.models import EffectStatus, SideEffect, Task
+from tasks.models.door import door_forced
 from tasks.runner import task_run
-from tasks.services import task_submit
+from tasks.submission import task_submit
 from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -216,7 +217,8 @@ def test_an_operator_cannot_act_on_a_task_a_worker_already_moved(users):
 
 def test_a_retried_task_that_succeeds_resolves_its_item(users):
     item = parked_item()
-    Task.objects.filter(pk=item.task_id).update(input={"fail": True, "fixed": True})
+    with door_forced():
+        Task.objects.filter(pk=item.task_id).update(input={"fail": True, "fixed": True})
     dlq_item_act(item_id=item.pk, action="retry", actor=fresh(users["operator"]), reason="fixed")
     assert task_run(task_id=str(item.task_id), worker="w2") == "succeeded"
     item.refresh_from_db()
@@ -266,7 +268,8 @@ def test_a_refusal_is_stored_as_a_code_with_its_facts_and_worded_for_each_reader
 def test_an_engine_refusal_is_stored_by_the_engines_code_and_facts(client, users):
     item = parked_item()
     # A cancel that came while the failing step still ran: the engine refuses a retry the console's check allowed.
-    Task.objects.filter(pk=item.task_id).update(cancel_requested_at=timezone.now(), cancel_requested_by="client:a")
+    with door_forced():
+        Task.objects.filter(pk=item.task_id).update(cancel_requested_at=timezone.now(), cancel_requested_by="client:a")
     with translation.override("zh-hans"), pytest.raises(ActionRefused) as raised:
         dlq_item_act(item_id=item.pk, action="retry", actor=fresh(users["operator"]), reason="again")
     assert raised.value.message == "任务已被取消：请对其进行补偿，或关闭其死信"

@@ -10,11 +10,12 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from tasks import delivery
-from tasks.leases import task_claim
+from tasks.lifecycle.claims import task_claim
 from tasks.models import Task
+from tasks.models.door import door_forced
 from tasks.queues import queue_for_pipeline
 from tasks.runner import task_run
-from tasks.services import task_submit
+from tasks.submission import task_submit
 from tasks.sweeper import sweep_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -73,8 +74,10 @@ def test_an_expired_lease_and_a_due_retry_go_back_on_the_pipelines_queue(queues)
     retried = task_submit(pipeline="t_bulk", input={"transient": True})
     queues.flushall()
     assert task_claim(task_id=str(crashed.pk), owner="gone") is not None
-    Task.objects.filter(pk=crashed.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    Task.objects.filter(pk=retried.pk).update(state="retry_scheduled", retry_at=timezone.now() - timedelta(seconds=5))
+    with door_forced():
+        Task.objects.filter(pk=crashed.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        retry_at = timezone.now() - timedelta(seconds=5)
+        Task.objects.filter(pk=retried.pk).update(state="retry_scheduled", retry_at=retry_at)
 
     report = sweep_once()
 

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 
 from dlq.models import AuditEntry, AuditOutcome
 from tasks.delivery import get_queue, redis_client
-from tasks.services import task_submit
+from tasks.submission import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

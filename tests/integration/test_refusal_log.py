@@ -15,7 +15,7 @@ from dlq.models import AuditEntry, AuditOutcome, DLQItem
 from reliability_console.logging import StructuredFormatter
 from tasks.clients import api_client_create
 from tasks.runner import task_run
-from tasks.services import task_submit
+from tasks.submission import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -2,7 +2,7 @@
 
 Tasks are made by the engine itself where that is cheap (``task_submit`` and
 ``task_run`` of the in-process ``t_local`` and ``t_parked`` pipelines, an
-operator's close through ``tasks.services``); states the engine only passes
+operator's close through ``tasks.lifecycle.operator``); states the engine only passes
 through (running, compensating, …) are written directly. Ages are set by
 moving ``finished_at`` (and ``resolved_at``) into the past.
 """
@@ -22,6 +22,7 @@ from prometheus_client import REGISTRY
 from dlq.audit import audit_record
 from dlq.models import AlertChannel, AlertDelivery, AlertEvent, AlertRule, AuditEntry, AuditOutcome
 from tasks import retention, sweeper
+from tasks.lifecycle.operator import task_close
 from tasks.models import (
     TERMINAL_STATES,
     UNRESOLVED_STATUSES,
@@ -36,9 +37,10 @@ from tasks.models import (
     Task,
     TaskState,
 )
+from tasks.models.door import door_forced
 from tasks.retention import TASKS_KIND, _candidates, finished_tasks_purge, finished_tasks_purge_due
 from tasks.runner import task_run
-from tasks.services import task_close, task_submit
+from tasks.submission import task_submit
 from tests.support import manage, planner_statistics_of_a_live_table, process_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,7 +56,8 @@ def _redis(clean_redis):
 
 
 def _age(task: Task, by: timedelta = OLD) -> Task:
-    Task.objects.filter(pk=task.pk).update(finished_at=timezone.now() - by)
+    with door_forced():
+        Task.objects.filter(pk=task.pk).update(finished_at=timezone.now() - by)
     return Task.objects.get(pk=task.pk)
 
 
@@ -70,7 +73,8 @@ def compensated_and_closed(*, age: timedelta = OLD, resolved_age: timedelta = OL
     task = task_submit(pipeline="t_local", input={"fail_b": "permanent"})
     assert task_run(task_id=str(task.pk), worker="w1") == "compensated"
     task_close(task_id=task.pk, resolution=ResolutionCode.FIXED_MANUALLY, note="done by hand")
-    DeadLetter.objects.filter(task_id=task.pk).update(resolved_at=timezone.now() - resolved_age)
+    with door_forced():
+        DeadLetter.objects.filter(task_id=task.pk).update(resolved_at=timezone.now() - resolved_age)
     return _age(task, age)
 
 
@@ -184,7 +188,8 @@ def test_a_task_parked_in_the_dead_letter_queue_by_the_engine_stays_until_closed
     task_close(task_id=task.pk, resolution=ResolutionCode.IGNORED, note="test account")
     # Closed just now: the task and its item stay for the retention after the close.
     assert purge().tasks == 0
-    DeadLetter.objects.filter(task_id=task.pk).update(resolved_at=timezone.now() - OLD)
+    with door_forced():
+        DeadLetter.objects.filter(task_id=task.pk).update(resolved_at=timezone.now() - OLD)
     assert purge().tasks == 1
     assert not DeadLetter.objects.filter(task_id=task.pk).exists()
 

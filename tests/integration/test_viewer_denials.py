@@ -9,7 +9,7 @@ from dlq.models import AuditEntry, AuditOutcome, DLQItem, DLQStatus
 from tasks.clients import api_client_create
 from tasks.models import Task
 from tasks.runner import task_run
-from tasks.services import task_submit
+from tasks.submission import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

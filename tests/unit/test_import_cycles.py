@@ -13,11 +13,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PACKAGES = ("tasks", "dlq")
-# removed by the write door (issue 21)
-CIRCLES_BEING_REMOVED = {
-    frozenset({"tasks.callbacks", "tasks.submission"}),
-    frozenset({"tasks.compensation", "tasks.leases", "tasks.outcomes"}),
-}
 
 
 def module_paths(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
@@ -149,10 +144,8 @@ def described(graph: dict[str, dict[str, str]], component: list[str]) -> str:
 def test_no_import_circle_in_the_engine_or_the_console():
     graph = import_graph()
     components = strongly_connected(graph)
-    new = [described(graph, component) for component in components if frozenset(component) not in CIRCLES_BEING_REMOVED]
-    assert not new, "import circles:\n" + "\n".join(new)
-    gone = CIRCLES_BEING_REMOVED - {frozenset(component) for component in components}
-    assert not gone, f"no longer circles, remove them from CIRCLES_BEING_REMOVED: {[sorted(c) for c in gone]}"
+    circles = [described(graph, component) for component in components]
+    assert not circles, "import circles:\n" + "\n".join(circles)
 
 
 def _tree(root: Path, files: dict[str, str]) -> None:

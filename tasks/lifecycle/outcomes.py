@@ -5,7 +5,7 @@ first (so a zombie stops before writing anything else), then the attempt
 row, checkpoint, ledger rows and dead-letter item of the same outcome, and
 the delivery that follows it on commit, and the completion callback of a
 terminal state (``tasks.callbacks``). A step that succeeded, the hot path,
-is one fenced statement that does all of it (``tasks.fenced_writes``):
+is one fenced statement that does all of it (``tasks.lifecycle.fenced_writes``):
 atomic by itself, one round trip. Metrics count an outcome once it commits.
 """
 
@@ -20,16 +20,19 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from tasks import limits, metrics, registry
+from tasks import metrics, registry
 from tasks.attempts import AttemptRecord
 from tasks.callbacks import callback_submit
+from tasks.claim import Claim, lease_seconds
 from tasks.classify import Classification
+from tasks.compensation_plan import compensation_targets
 from tasks.conf import engine_settings
-from tasks.dead_letters import dead_letter_open, dead_letter_resolve, dead_letter_set_status
 from tasks.delivery import deliver_on_commit
 from tasks.exceptions import UnknownPipeline
-from tasks.fenced_writes import task_save_fenced, task_save_guarded
-from tasks.leases import Claim, lease_extend, lease_seconds
+from tasks.lifecycle.dead_letters import dead_letter_open, dead_letter_resolve, dead_letter_set_status
+from tasks.lifecycle.fenced_writes import task_save_fenced, task_save_guarded
+from tasks.lifecycle.holds import run_ended
+from tasks.lifecycle.leases import lease_extend
 from tasks.models import (
     AttemptKind,
     AttemptOutcome,
@@ -43,6 +46,7 @@ from tasks.models import (
     Task,
     TaskState,
 )
+from tasks.models.door import door
 from tasks.pipelines import FailurePolicy
 from tasks.redaction import task_redactor
 
@@ -69,17 +73,6 @@ TASK_FAIL_FIELDS = [
 TASK_REQUEUE_FIELDS = ["state", "fencing_token", "crash_count", "lease_owner", "lease_expires_at", "updated_at"]
 TASK_STEPS_FIELDS = ["step_names", "total_steps"]
 TASK_COMPENSATED_FIELDS = ["state", "lease_owner", "lease_expires_at", "finished_at", "updated_at"]
-TASK_HOLD_FIELDS = [
-    "state",
-    "hold",
-    "retry_at",
-    "fencing_token",
-    "lease_owner",
-    "lease_expires_at",
-    "step_attempt",
-    "total_attempts",
-    "updated_at",
-]
 TASK_CANCEL_FIELDS = [
     "state",
     "failure_reason",
@@ -109,6 +102,7 @@ class LeaseExpiry(enum.StrEnum):
     COMPENSATION_CRASH_LOOP = "compensation_crash_loop"
 
 
+@door
 def step_succeeded(
     *,
     claim: Claim,
@@ -120,7 +114,7 @@ def step_succeeded(
 ) -> None:
     """Commit a step: checkpoint, attempt row, ledger and the task's progress (or its success).
 
-    One fenced statement (see ``tasks.fenced_writes``): a step costs one
+    One fenced statement (see ``tasks.lifecycle.fenced_writes``): a step costs one
     round trip, and a zombie's outcome is rejected whole. The output is
     stored redacted, and the later steps and compensations of this run see
     what was stored, as a resumed run would.
@@ -146,7 +140,7 @@ def step_succeeded(
         # The write also says whether a cancel or a pause came in: read at the step boundary (tasks.runner).
         _save_step(task, TASK_PROGRESS_FIELDS, record, output, used_keys, has_compensation, signals=True)
     if is_last:
-        _run_ended(task)
+        run_ended(task)
     claim.outputs[record.step_name] = output
     claim.completed.append(record.step_name)
     _attempt_metrics(task, record)
@@ -181,6 +175,7 @@ def _save_step(
     )
 
 
+@door
 def task_steps_redeclared(*, claim: Claim, step_names: list[str]) -> None:
     """Record that the claimed task goes on with its pipeline's steps as now declared (``tasks.pipeline_changes``)."""
     task = claim.task
@@ -193,6 +188,7 @@ def task_steps_redeclared(*, claim: Claim, step_names: list[str]) -> None:
     )
 
 
+@door
 def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datetime) -> None:
     task = claim.task
     with transaction.atomic():
@@ -201,7 +197,7 @@ def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datet
         task_save_guarded(task, TASK_RETRY_FIELDS)
         StepAttempt.objects.bulk_create([record.row(task)])
         deliver_on_commit(task.pk, token, when=retry_at, pipeline=task.pipeline)
-        _run_ended(task)
+        run_ended(task)
         _attempt_metrics(task, record, retried=True)
     logger.info(
         "retry scheduled",
@@ -216,6 +212,7 @@ def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datet
     )
 
 
+@door
 def task_failed(
     *,
     task: Task,
@@ -271,6 +268,7 @@ def task_failed(
     )
 
 
+@door
 def lease_expired(*, task: Task) -> LeaseExpiry:
     """A worker stopped renewing ``task``'s lease: record the lost attempt, then re-queue the task.
 
@@ -302,7 +300,7 @@ def lease_expired(*, task: Task) -> LeaseExpiry:
     if task.crash_count + 1 < engine_settings.MAX_CRASHES:
         if running:
             task.requeue_after_lease_expiry()
-            _run_ended(task)
+            run_ended(task)
         else:
             task.release_after_lease_expiry()
         task_save_guarded(task, TASK_REQUEUE_FIELDS)
@@ -329,6 +327,7 @@ def lease_expired(*, task: Task) -> LeaseExpiry:
     return LeaseExpiry.CRASH_LOOP
 
 
+@door
 def compensation_attempt_recorded(*, claim: Claim, record: AttemptRecord, compensated_step: str | None) -> None:
     """Record a compensation or notice attempt; on success mark the step's effects compensated."""
     task = claim.task
@@ -341,6 +340,7 @@ def compensation_attempt_recorded(*, claim: Claim, record: AttemptRecord, compen
             )
 
 
+@door
 def compensation_finished(*, task: Task, errors: list[str], code: str = COMPENSATION_FAILED_CODE) -> None:
     """End a compensation: COMPENSATED, or COMPENSATION_FAILED with the task's dead letter open again.
 
@@ -382,38 +382,7 @@ def compensation_finished(*, task: Task, errors: list[str], code: str = COMPENSA
     )
 
 
-def task_held(*, task: Task, hold: str, until: datetime | None = None) -> None:
-    """Hold ``task`` back: QUEUED without a delivery until it may start (``tasks.limits``), no attempt used.
-
-    From a claim (the task was QUEUED) or at a step boundary (RUNNING: the
-    lease is given back). A rate hold comes back by itself at ``until``;
-    the others are released by whatever frees them, and the hold looks once
-    more after it commits, so a release that ran just before is not missed.
-    """
-    was_running = task.state == TaskState.RUNNING
-    with transaction.atomic():
-        task.hold_back(hold=hold, until=until)
-        task_save_guarded(task, TASK_HOLD_FIELDS)
-        if until is not None:
-            deliver_on_commit(task.pk, task.fencing_token, when=until, pipeline=task.pipeline)
-        else:
-            limits.hold_recheck(task_id=task.pk, pipeline=task.pipeline, hold=hold)
-        if was_running:
-            _run_ended(task)
-        metrics.task_held(pipeline=task.pipeline, hold=hold)
-    logger.info(
-        "task held",
-        extra={
-            "event": "task_held",
-            "task_id": str(task.pk),
-            "pipeline": task.pipeline,
-            "hold": hold,
-            "step": task.current_step,
-            "until": until.isoformat() if until else "",
-        },
-    )
-
-
+@door
 def task_cancelled(
     *,
     task: Task,
@@ -505,8 +474,6 @@ def on_cancel_policy(task: Task) -> FailurePolicy:
 
 def _may_need_undo(task: Task, record: AttemptRecord | None, uncertain_keys: dict[str, str] | None) -> bool:
     """Whether anything of the task ran that compensation would look at: a checkpoint, an uncertain step."""
-    from tasks.compensation import compensation_targets  # compensation writes through this module
-
     if uncertain_keys or (record is not None and record.error is not None and record.error.effect_uncertain):
         return True
     return bool(compensation_targets(task))
@@ -528,16 +495,7 @@ def _ended(task: Task, token: int, *, finished: str, keep_lease_for: str | None,
         callback_submit(task=task)
         _finished_metrics(task)
     if was_running:
-        _run_ended(task)
-
-
-def _run_ended(task: Task) -> None:
-    """A run of ``task`` left RUNNING: with a concurrency limit, a held task may take its slot (after commit)."""
-    gate = getattr(task, "run_gate", None)
-    if gate is None:
-        gate = limits.gate_of(pipeline=task.pipeline)
-    if gate.max_concurrency is not None:
-        limits.slot_freed(pipeline=task.pipeline)
+        run_ended(task)
 
 
 def _pipeline_or_none(task: Task):

@@ -21,7 +21,7 @@ from django.utils import timezone
 from tasks import metrics
 from tasks.classify import Classification
 from tasks.conf import engine_settings
-from tasks.fenced_writes import task_save_guarded
+from tasks.lifecycle.fenced_writes import task_save_guarded
 from tasks.models import (
     UNRESOLVED_STATUSES,
     DeadLetter,
@@ -31,6 +31,7 @@ from tasks.models import (
     Task,
     TaskState,
 )
+from tasks.models.door import door
 from tasks.reason_texts import reason_params, reason_sentence_english
 from tasks.redaction import task_redactor
 
@@ -43,6 +44,7 @@ def reason_text(*, reason: str, step: str, code: str, message: str, attempts: in
     return reason_sentence_english(reason=reason, params=params)
 
 
+@door
 def dead_letter_open(*, task: Task, reason: FailureReason, error: Classification, step: str) -> DeadLetter:
     """Open the task's one unresolved item for its failure, or re-open it with this failure.
 
@@ -82,6 +84,7 @@ def dead_letter_open(*, task: Task, reason: FailureReason, error: Classification
     return item
 
 
+@door
 def dead_letter_set_status(*, task: Task, status: DLQStatus, compensation_error: str | None = None) -> int:
     """Move the task's unresolved item to ``status`` (retrying, compensating, compensated, open)."""
     values: dict = {"status": status, "updated_at": timezone.now()}
@@ -90,6 +93,7 @@ def dead_letter_set_status(*, task: Task, status: DLQStatus, compensation_error:
     return DeadLetter.objects.filter(task_id=task.pk, status__in=UNRESOLVED_STATUSES).update(**values)
 
 
+@door
 def dead_letter_resolve(*, task: Task, resolution: ResolutionCode, note: str) -> int:
     """Resolve the task's unresolved item: it succeeded after a retry, or an operator closed it."""
     now = timezone.now()
@@ -101,6 +105,7 @@ def dead_letter_resolve(*, task: Task, resolution: ResolutionCode, note: str) ->
     return resolved
 
 
+@door
 def dead_letters_purge_resolved(*, batch_size: int = PURGE_BATCH_SIZE) -> int:
     """Delete resolved items older than ``RELIABILITY_DLQ_RETENTION_DAYS`` (never when it is 0)."""
     days = engine_settings.DLQ_RETENTION_DAYS

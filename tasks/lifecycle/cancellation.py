@@ -4,7 +4,7 @@ A cancel is written once, on the task's row (``cancel_requested_at``, by
 whom, why), in a transaction that holds the row lock:
 
 - a QUEUED (held or not) or RETRY_SCHEDULED task is cancelled at once
-  (``tasks.outcomes.task_cancelled``): no step of it runs again, and its
+  (``tasks.lifecycle.outcomes.task_cancelled``): no step of it runs again, and its
   completed steps are compensated (or it is parked, as its pipeline's
   ``on_cancel`` says); a job still in Redis for it finds nothing to do;
 - a RUNNING task keeps running to its next step boundary, where its worker
@@ -34,8 +34,9 @@ from rq.command import PUBSUB_CHANNEL_TEMPLATE
 
 from tasks.delivery import redis_client
 from tasks.exceptions import TaskNotActionable, TaskNotCancellable
+from tasks.lifecycle.outcomes import on_cancel_policy, task_cancelled
 from tasks.models import Task, TaskState
-from tasks.outcomes import on_cancel_policy, task_cancelled
+from tasks.models.door import door
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class CancelResult:
     state_before: str
 
 
+@door
 def task_cancel(*, task_id, actor: str, reason: str = "", client=None, client_ip: str | None = None) -> CancelResult:
     """Cancel ``task_id`` for ``actor`` (``client:<name>``, ``operator:<username>``, ...); idempotent.
 
