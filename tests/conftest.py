@@ -1,8 +1,21 @@
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 
 from tests.support import ManagedProcess, WorkerPool, manage, process_env
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _transactional_reset_by_delete():
+    """A transactional test's tables are emptied by DELETE instead of TRUNCATE (tests/database_reset.py)."""
+    from django.test import TransactionTestCase
+
+    from tests.database_reset import fixture_teardown
+
+    with mock.patch.object(TransactionTestCase, "_fixture_teardown", fixture_teardown):
+        yield
 
 
 @pytest.fixture(autouse=True, scope="session")
