@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Tests run against PostgreSQL (pytest-django creates and drops test_<name>).
 TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/reliability_console
 
-.PHONY: run test bench chaos lint format install clean
+.PHONY: run test test-fast bench chaos lint format install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,12 @@ run: install
 
 test: install lint
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The loop while working (under 3 minutes): tests/unit and tests/integration without the tests marked acceptance,
+# processes, browser or slow (pyproject says what each means).
+test-fast: install
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/python -m pytest tests/unit tests/integration \
+		-m "not acceptance and not processes and not browser and not slow" $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)

@@ -1,10 +1,35 @@
 from __future__ import annotations
 
+from pathlib import Path
 from unittest import mock
 
 import pytest
 
 from tests.support import ManagedProcess, WorkerPool, manage, process_env
+
+TESTS = Path(__file__).resolve().parent
+# Every test below these folders is marked acceptance.
+ACCEPTANCE_FOLDERS = (TESTS / "acceptance", TESTS / "browser")
+# A test that uses one of these fixtures, directly or through another fixture, gets the marker (pyproject says
+# what each means), so `make test-fast` selects by marker and no list of tests is kept anywhere.
+MARKER_OF_FIXTURE = {
+    "start_workers": "processes",
+    "start_sweeper": "processes",
+    "start_api_server": "processes",
+    "browser_factory": "browser",
+    # A fresh virtual environment with the checkout (or its wheel) pip-installed into it.
+    "wheel_venv": "slow",
+    "flavour_venv": "slow",
+    "fresh_venv": "slow",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(folder in item.path.parents for folder in ACCEPTANCE_FOLDERS):
+            item.add_marker("acceptance")
+        for marker in sorted({MARKER_OF_FIXTURE[name] for name in item.fixturenames if name in MARKER_OF_FIXTURE}):
+            item.add_marker(marker)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -47,6 +47,7 @@ def run_campaign(output_dir: Path, *args: str) -> tuple[str, Path, dict]:
     return output, run_dir, json.loads((run_dir / "record.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_short_campaign_injects_every_fault_and_every_invariant_holds(tmp_path):
     output, _, record = run_campaign(
@@ -89,6 +90,7 @@ def test_short_campaign_injects_every_fault_and_every_invariant_holds(tmp_path):
         assert any(result.name in line and "PASS" in line for line in output.splitlines()), output
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_short_campaign_through_pgbouncer_with_a_sentinel_failover_and_a_postgres_restart(tmp_path):
     output, run_dir, record = run_campaign(

@@ -21,7 +21,7 @@ from tasks.models import Task
 from tasks.runner import task_run
 from tasks.submission import task_submit
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 SEED = 20261201
 CASES_PER_LIST = 80

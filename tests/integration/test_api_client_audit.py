@@ -122,6 +122,7 @@ def test_the_commands_changes_are_audited_with_the_os_user():
     ]
 
 
+@pytest.mark.processes
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
     ("arguments", "action", "code"),

@@ -105,6 +105,7 @@ def test_the_command_purges_and_reports(capsys):
     assert "deleted 1 audit entries" in capsys.readouterr().out
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("arguments", [["--older-than", "-1"], ["--older-than", "ninety"], []])
 def test_the_command_refuses_bad_input_with_one_line_and_a_non_zero_exit(arguments):
     result = subprocess.run(

@@ -64,6 +64,7 @@ def _assert_one_job_each(queue, task_ids) -> None:
     assert set(job_ids) == {delivery.job_id(task_id, 0) for task_id in task_ids}
 
 
+@pytest.mark.slow
 def test_a_job_lost_among_the_oldest_of_100000_queued_is_delivered_again_within_two_sweeps(queue, settings):
     task_ids = _backlog(BACKLOG, lost=[7])
     lost = task_ids[7]
@@ -82,6 +83,7 @@ def test_a_job_lost_among_the_oldest_of_100000_queued_is_delivered_again_within_
     assert Task.objects.filter(state=TaskState.QUEUED, fencing_token=0).count() == BACKLOG
 
 
+@pytest.mark.slow
 def test_jobs_lost_in_the_middle_and_at_the_newest_end_of_the_backlog_are_delivered_again_too(queue):
     ordinals = [BACKLOG // 2, BACKLOG - 1]
     task_ids = _backlog(BACKLOG, lost=ordinals)

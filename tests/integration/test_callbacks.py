@@ -221,6 +221,7 @@ def run_command(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(argv, env=process_env(), capture_output=True, text=True, timeout=60, check=False)
 
 
+@pytest.mark.processes
 def test_the_command_prints_the_secret_alone_on_its_last_line_and_rotates_it(settings):
     api_client_create(name="rotating")
     first = run_command("rotating")
@@ -251,6 +252,7 @@ def test_the_grace_period_is_a_setting(settings):
     assert old != new and signing_secrets(ApiClient.objects.get(name="no-grace")) == [new]
 
 
+@pytest.mark.processes
 def test_an_unknown_client_is_one_readable_line_and_a_non_zero_exit():
     result = run_command("nobody")
     assert result.returncode != 0

@@ -24,7 +24,7 @@ from dlq.models import AuditEntry, DLQItem
 from dlq.roles import roles_setup
 from tasks.models import Checkpoint, DeadLetter, RetentionPurge, Task
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 BEFORE = [("tasks", "0007_step_progress_without_index_writes"), ("dlq", "0007_dlq_covering_indexes")]
 RETENTION_BEFORE = [

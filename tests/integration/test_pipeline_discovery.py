@@ -42,6 +42,7 @@ def registered_pipelines(settings_module: str, **environ: str) -> set[str]:
     return set(json.loads(result.stdout.splitlines()[-1]))
 
 
+@pytest.mark.processes
 def test_an_installed_apps_pipelines_module_is_found_and_nothing_of_the_standalone_project_is():
     names = registered_pipelines("tests.apps.settings", RELIABILITY_ENABLE_BENCH_PIPELINES="1")
 
@@ -52,6 +53,7 @@ def test_an_installed_apps_pipelines_module_is_found_and_nothing_of_the_standalo
     assert not names & BENCH
 
 
+@pytest.mark.processes
 def test_the_standalone_project_registers_the_demo_and_on_request_the_bench_pipelines():
     assert DEMO in registered_pipelines("reliability_console.settings")
     assert not registered_pipelines("reliability_console.settings") & BENCH
@@ -60,6 +62,7 @@ def test_the_standalone_project_registers_the_demo_and_on_request_the_bench_pipe
     assert DEMO in with_bench
 
 
+@pytest.mark.processes
 def test_an_app_listed_in_the_setting_too_is_imported_once():
     names = registered_pipelines("tests.apps.settings", RELIABILITY_PIPELINE_MODULES="tests.apps.shop.pipelines")
 

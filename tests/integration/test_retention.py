@@ -342,6 +342,7 @@ def test_the_command_purges_and_reports(capsys):
     assert not Task.objects.exists()
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     "arguments",
     [

@@ -138,6 +138,7 @@ def test_bad_arguments_are_refused_in_one_readable_line(options, message):
     assert not Task.objects.exists()
 
 
+@pytest.mark.processes
 def test_the_command_line_prints_one_error_line():
     result = subprocess.run(
         [sys.executable, "manage.py", "seed_scale_data", "--tasks", "0", "--dlq-items", "10"],

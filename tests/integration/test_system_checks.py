@@ -146,6 +146,7 @@ def manage_py_check(drop: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.processes
 def test_manage_py_check_with_rq_queues_missing_is_one_error_line():
     result = manage_py_check("RQ_QUEUES")
     assert result.returncode != 0
@@ -155,6 +156,7 @@ def test_manage_py_check_with_rq_queues_missing_is_one_error_line():
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.processes
 def test_manage_py_check_with_dlq_but_no_tasks_is_one_line():
     result = manage_py_check("tasks")
     assert result.returncode == 2

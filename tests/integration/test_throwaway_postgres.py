@@ -8,6 +8,9 @@ from chaos.topology import PostgresCluster
 from devtools import postgres
 from tests.support import LOG_DIR
 
+# It starts a PostgreSQL server of its own.
+pytestmark = pytest.mark.processes
+
 
 def test_a_fast_restart_drops_every_session_and_the_server_comes_back():
     cluster = PostgresCluster(LOG_DIR)

@@ -103,12 +103,14 @@ def manage_py_check_error(name: str, raw: str) -> str:
     return result.stderr.strip()
 
 
+@pytest.mark.processes
 def test_a_bad_setting_stops_manage_py_with_one_readable_line():
     assert manage_py_check_error("RELIABILITY_LEASE_SECONDS", "soon") == (
         "configuration error: RELIABILITY_LEASE_SECONDS='soon' is not a number"
     )
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("name", "raw", "message"),
     [
@@ -124,6 +126,7 @@ def test_a_bad_retention_setting_stops_manage_py_with_one_readable_line(name, ra
     assert manage_py_check_error(name, raw) == f"configuration error: {name}={raw!r} {message}"
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("name", "raw", "message"),
     [
