@@ -25,7 +25,7 @@ test: install lint
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The loop while working (under 3 minutes): tests/unit and tests/integration without the tests marked acceptance,
-# processes, browser or slow (pyproject says what each means).
+# processes, browser or slow (pyproject says what each means); a redis-server starts only for a test that asks.
 test-fast: install
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/python -m pytest tests/unit tests/integration \
 		-m "not acceptance and not processes and not browser and not slow" $(PYTEST_ARGS)

@@ -8,7 +8,7 @@ import pytest
 from tests.support import ManagedProcess, WorkerPool, manage, process_env
 
 TESTS = Path(__file__).resolve().parent
-# Every test below these folders is marked acceptance.
+# Every test below these folders is marked acceptance (and gets this run's Redis before it starts).
 ACCEPTANCE_FOLDERS = (TESTS / "acceptance", TESTS / "browser")
 # A test that uses one of these fixtures, directly or through another fixture, gets the marker (pyproject says
 # what each means), so `make test-fast` selects by marker and no list of tests is kept anywhere.
@@ -30,6 +30,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("acceptance")
         for marker in sorted({MARKER_OF_FIXTURE[name] for name in item.fixturenames if name in MARKER_OF_FIXTURE}):
             item.add_marker(marker)
+
+
+@pytest.fixture(autouse=True)
+def _redis_for_acceptance(request):
+    """An acceptance test's processes find Redis running, as they did when every run started it first."""
+    if request.node.get_closest_marker("acceptance"):
+        request.getfixturevalue("redis_server")
 
 
 @pytest.fixture(autouse=True, scope="session")

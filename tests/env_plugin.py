@@ -4,6 +4,13 @@ Loaded with ``-p tests.env_plugin`` (see pyproject) so it runs before
 pytest-django: it gives the run its own real ``redis-server`` on a free port
 (tests may stop, restart and flush it without touching the machine's shared
 Redis) and a secret key for the settings.
+
+The port and ``REDIS_URL`` are chosen here, because the settings read them at
+start-up, but the server starts only when a test asks for it (the
+``redis_server`` fixture, or ``clean_redis``, which uses it): a run of unit
+tests starts none. Until then the port stays bound but not listening, so a
+test that touches Redis without asking is refused at once instead of reaching
+whatever else took the port.
 """
 
 from __future__ import annotations
@@ -33,15 +40,22 @@ class TestRedis:
     __test__ = False  # not a test class
 
     def __init__(self) -> None:
-        self.port = free_port()
+        # Held (bound, never listening) until the first start: connections are refused and no other
+        # process of the run (a simulator, a live server, a free_port()) is given this port.
+        self._reservation: socket.socket | None = socket.socket()
+        self._reservation.bind(("127.0.0.1", 0))
+        self.port = self._reservation.getsockname()[1]
         self.directory = tempfile.mkdtemp(prefix="rc-test-redis-")
         self.process: subprocess.Popen | None = None
+        self.starts = 0  # how many times this run started the server (tests/unit/test_redis_on_demand.py reads it)
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> None:
+        self.release_port()
+        self.starts += 1
         self.process = subprocess.Popen(
             redis_server_argv(self.port, self.directory),
             stdout=subprocess.DEVNULL,
@@ -53,6 +67,11 @@ class TestRedis:
                 return
             time.sleep(0.05)
         raise RuntimeError(f"test redis-server did not start on port {self.port}")
+
+    def release_port(self) -> None:
+        if self._reservation is not None:
+            self._reservation.close()
+            self._reservation = None
 
     def ping(self) -> bool:
         try:
@@ -80,6 +99,12 @@ class TestRedis:
 
 _server: TestRedis | None = None
 
+# Added to the report of a test that failed on a refused Redis connection before any test started the server.
+NOT_STARTED = (
+    "This run's redis-server was never started: it starts for a test that asks for it. "
+    "Give the test the clean_redis fixture (an empty Redis) or redis_server (the server as it is)."
+)
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args) -> None:
@@ -89,7 +114,6 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     os.environ.setdefault("DJANGO_SECURE_HTTPS", "0")
     os.environ.setdefault("RELIABILITY_PIPELINE_MODULES", "tasks.demo.report_pipeline,tests.pipelines")
     _server = TestRedis()
-    _server.start()
     # Also stop it if pytest aborts before pytest_unconfigure (e.g. settings fail to import).
     atexit.register(_server.stop)
     os.environ["REDIS_URL"] = _server.url
@@ -98,10 +122,35 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
 def pytest_unconfigure(config) -> None:
     if _server is not None:
         _server.stop()
+        _server.release_port()
         shutil.rmtree(_server.directory, ignore_errors=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    never_started = _server is not None and _server.starts == 0
+    if call.excinfo is not None and never_started and _refused_by_redis(call.excinfo.value):
+        report.sections.append(("test Redis", NOT_STARTED))
+    return report
+
+
+def _refused_by_redis(error: BaseException | None) -> bool:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, RedisConnectionError):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> TestRedis:
+    """This run's private redis-server, started on first use and left running for the rest of the run."""
     assert _server is not None
+    if _server.starts == 0:
+        _server.start()
     return _server
