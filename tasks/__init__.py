@@ -38,27 +38,7 @@ _PUBLIC = {
     "TaskNotActionable": "tasks.exceptions",
 }
 
-__all__ = [
-    "ConfigurationError",
-    "EffectRequired",
-    "FailurePolicy",
-    "IdempotencyKeyInUse",
-    "IdempotencyKeyReused",
-    "InvalidTaskInput",
-    "PermanentError",
-    "Pipeline",
-    "ReliabilityError",
-    "RetryPolicy",
-    "StepCancelled",
-    "StepContext",
-    "StepTimeout",
-    "TaskNotActionable",
-    "TaskNotCancellable",
-    "TransientError",
-    "UnknownPipeline",
-    "task_cancel",
-    "task_submit",
-]
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str) -> Any:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,8 +33,6 @@ from tasks.json_text import unstorable_json
 from tasks.lifecycle.creation import task_create
 from tasks.models import ApiClient, Task
 from tasks.pipelines import Pipeline
-
-logger = logging.getLogger(__name__)
 
 PYTHON_SCOPE = "python"
 MAX_IDEMPOTENCY_KEY_LENGTH = 255

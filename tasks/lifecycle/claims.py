@@ -73,15 +73,16 @@ def _claim_once(*, task_id: str, owner: str) -> Claim | None:
     if task is None:
         return None
     deadline_passed = task.deadline is not None and task.deadline <= task.db_now
+    # A retry waits for its time; so does a later start (run_after), which has no job until the sweeper
+    # releases it: a delivery before its time (a duplicate, a job an operator re-queued) leaves it alone.
+    waits_for_its_time = task.state == TaskState.RETRY_SCHEDULED or (
+        task.state == TaskState.QUEUED and task.hold == TaskHold.START_TIME
+    )
+    if waits_for_its_time and task.retry_at is not None and task.retry_at > task.db_now:
+        if not deadline_passed and not task.is_cancelled:
+            raise _TooEarly((task.retry_at - task.db_now).total_seconds())
     if task.state == TaskState.RETRY_SCHEDULED:
-        if task.retry_at is not None and task.retry_at > task.db_now and not deadline_passed and not task.is_cancelled:
-            raise _TooEarly((task.retry_at - task.db_now).total_seconds())
         task.make_due()
-    elif task.state == TaskState.QUEUED and task.hold == TaskHold.START_TIME:
-        # A later start (run_after) has no job until the sweeper releases it; a delivery before its time
-        # (a duplicate, a job an operator re-queued) must not start it early, and leaves the hold alone.
-        if task.retry_at is not None and task.retry_at > task.db_now and not deadline_passed and not task.is_cancelled:
-            raise _TooEarly((task.retry_at - task.db_now).total_seconds())
     gate = OPEN_GATE
     if task.state == TaskState.QUEUED:
         gate = limits.gate_of(pipeline=task.pipeline, control=task.control_read)

@@ -53,10 +53,6 @@ def door_forced() -> Iterator[None]:
         _inside.reset(token)
 
 
-def door_open() -> bool:
-    return _inside.get()
-
-
 def _refuse_outside(queryset: models.QuerySet, operation: str) -> None:
     if not _inside.get():
         raise WriteOutsideDoor(

@@ -219,19 +219,20 @@ def test_the_manager_refuses_a_stray_update_and_names_the_door():
         Task.objects.filter(pk="00000000-0000-0000-0000-000000000000").update(state="failed")
 
 
-@pytest.mark.parametrize("operation", ["delete", "bulk_create", "bulk_update"])
+BULK_WRITES = {
+    "delete": lambda queryset: queryset.delete(),
+    "bulk_create": lambda queryset: queryset.bulk_create([]),
+    "bulk_update": lambda queryset: queryset.bulk_update([], ["pk"]),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(BULK_WRITES))
 def test_the_manager_refuses_every_bulk_write(operation):
     from tasks.models import Checkpoint, DeadLetter, SideEffect, StepAttempt
 
     for model in (Task, DeadLetter, Checkpoint, StepAttempt, SideEffect):
-        queryset = model.objects.none()
-        call = {
-            "delete": lambda qs: qs.delete(),
-            "bulk_create": lambda qs: qs.bulk_create([]),
-            "bulk_update": lambda qs, model=model: qs.bulk_update([], ["pk"]),
-        }[operation]
         with pytest.raises(WriteOutsideDoor, match=f"{model.__name__}.objects…{operation}"):
-            call(queryset)
+            BULK_WRITES[operation](model.objects.none())
 
 
 def test_inside_the_door_the_manager_lets_the_write_through():
