@@ -88,7 +88,7 @@ class PipelineOperator:
         from django.db import DatabaseError, close_old_connections, connection
 
         from tasks.exceptions import PipelineControlRefused
-        from tasks.pipeline_controls import pipeline_pause, pipeline_resume
+        from tasks.lifecycle.controls import pipeline_pause, pipeline_resume
 
         service = pipeline_pause if action == "pause" else pipeline_resume
         entry = {"action": action, "pipeline": pipeline, "called_at": _now()}

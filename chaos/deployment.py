@@ -180,7 +180,7 @@ class Deployment:
 
         django.setup()
         call_command("migrate", "--noinput", verbosity=0)
-        from tasks.clients import api_client_create
+        from tasks.lifecycle.clients import api_client_create
 
         _, self.api_token = api_client_create(name="chaos")
 

@@ -21,8 +21,8 @@ requires; any other field (a submission's body, a task's input or failure) is ke
 
 Times are ISO 8601 with their offset (``null``: not known, e.g. a crashed attempt's start); a call's
 ``received_ms`` is epoch milliseconds. Every process of a campaign runs on one machine, so every time in a
-record was read from one clock. States, statuses, kinds and outcomes are the values of tasks.models and
-dlq.models (a unit test keeps the copies below in step with them).
+record was read from one clock. States, statuses, kinds and outcomes are the values of tasks.models (a unit
+test keeps the copies below in step with them).
 """
 
 from __future__ import annotations

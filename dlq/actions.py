@@ -25,7 +25,7 @@ from dlq.audit_details import (
     AuditDetail,
     refusal_detail,
 )
-from dlq.models import AuditOutcome, DLQItem, DLQStatus, ResolutionCode
+from dlq.models import AuditOutcome, DLQItem
 from tasks.exceptions import ReliabilityError, TaskNotActionable
 from tasks.lifecycle.operator import (
     CLOSABLE_STATES,
@@ -34,7 +34,7 @@ from tasks.lifecycle.operator import (
     task_retry_from_checkpoint,
     task_retry_from_start,
 )
-from tasks.models import Task, TaskState
+from tasks.models import DLQStatus, ResolutionCode, Task, TaskState
 
 # A reason is what the audit log keeps of an action (also the item's resolution note): one limit for both.
 MAX_REASON_LENGTH = REASON_MAX_LENGTH

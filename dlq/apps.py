@@ -30,10 +30,10 @@ class DlqConfig(AppConfig):
         from dlq import checks, chores, client_audit, control_audit  # noqa: F401 (checks: registers them)
         from dlq.alerting import pipeline
         from dlq.bulk import RUN_BULK_ENTRY_POINT
-        from tasks.jobs import entry_point_register
+        from tasks import registry
 
         pipeline.register()
-        entry_point_register(RUN_BULK_ENTRY_POINT)
+        registry.entry_point_register(RUN_BULK_ENTRY_POINT)
         chores.chores_register()
         control_audit.receivers_connect()
         client_audit.receivers_connect()

@@ -22,7 +22,7 @@ from dlq.conf import console_settings
 from dlq.models import AuditEntry, AuditOutcome
 from reliability_console.refusal_log import refusal_logged
 from tasks.conf import engine_settings
-from tasks.retention import PurgeRun, purge_batches, retention_purge_record
+from tasks.lifecycle.retention import PurgeRun, purge_batches, retention_purge_record
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ def audit_entries_purge(
     with the count and the cutoff: the log records its own purges. With
     ``dry_run`` it counts the entries it would delete and changes nothing.
     ``max_seconds``, ``pause_ratio`` and ``on_batch`` as for the task purge
-    (``tasks.retention.purge_batches``).
+    (``tasks.lifecycle.retention.purge_batches``).
     """
     cutoff = timezone.now() - older_than
     report = AuditPurgeReport(cutoff=cutoff, dry_run=dry_run)

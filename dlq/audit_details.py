@@ -72,7 +72,7 @@ DETAIL_MESSAGES = {
     ITEM_RESOLVED: _("this dead letter was already resolved"),
     ITEM_STATE_CHANGED: _("not possible while the task is %(state)s: someone may have acted first"),
     TEST_DELIVERED: _("test notification delivered"),
-    # The engine's refusals (tasks.lifecycle.operator and .cancellation, tasks.pipeline_controls), by their codes.
+    # The engine's refusals (tasks.lifecycle.operator and .cancellation, tasks.lifecycle.controls), by their codes.
     "retry_not_failed": _("the task is %(state)s: only failed tasks can be retried from checkpoint"),
     "retry_cancelled": _("the task was cancelled: compensate it or close its dead letter"),
     "retry_from_start_not_allowed": _(
@@ -93,7 +93,7 @@ DETAIL_MESSAGES = {
     "no_limit_given": _("give a new limit (or choose no limit) for the concurrency, the rate or both"),
     "reason_required": _("give a reason: it goes into the audit log"),
     "reason_too_long": _("a reason is at most %(max)s characters"),
-    # tasks.clients' refusals.
+    # tasks.lifecycle.clients' refusals.
     "client_name_invalid": _("a client name is 1 to %(max)s characters"),
     "client_exists": _("a client named %(client)s already exists"),
     "no_such_client": _("no client named %(client)s"),

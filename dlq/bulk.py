@@ -41,9 +41,10 @@ from dlq.actions import (
 from dlq.audit import audit_denied, audit_record, text_bounded
 from dlq.audit_details import BULK_ITEMS, BULK_SELF_APPROVAL, CANARY_FAILED, AuditDetail
 from dlq.conf import console_settings
-from dlq.models import AuditOutcome, BulkOperation, BulkStatus, ResolutionCode
-from tasks.delivery import get_queue
+from dlq.models import AuditOutcome, BulkOperation, BulkStatus
 from tasks.exceptions import ReliabilityError
+from tasks.lifecycle.deliveries import entry_point_deliver
+from tasks.models import ResolutionCode
 
 logger = logging.getLogger(__name__)
 
@@ -288,12 +289,8 @@ def bulk_operation_control(*, actor, operation_id: int, command: str, client_ip:
 def bulk_operation_deliver(*, operation_id: int, delay: float = 0.0) -> bool:
     # The operation's own job runs on the default queue: an operator's action must not wait behind a
     # bulk backlog. The tasks it retries go back on their pipelines' queues (tasks.lifecycle.operator delivers them).
-    queue = get_queue()
     try:
-        if delay > 0:
-            queue.enqueue_in(timedelta(seconds=delay), RUN_BULK_ENTRY_POINT, operation_id, result_ttl=0, job_timeout=-1)
-        else:
-            queue.enqueue_call(RUN_BULK_ENTRY_POINT, args=(operation_id,), result_ttl=0, timeout=-1)
+        entry_point_deliver(RUN_BULK_ENTRY_POINT, operation_id, delay=delay)
     except RedisError:
         logger.warning("bulk delivery postponed", extra={"event": "delivery_failed", "bulk_operation": operation_id})
         return False

@@ -16,7 +16,7 @@ from dlq.bulk import bulk_operations_redeliver_stale
 from dlq.conf import console_settings
 from tasks.conf import engine_settings
 from tasks.lifecycle.dead_letters import dead_letters_purge_resolved
-from tasks.sweeper import Chore, chore_register
+from tasks.registry import Chore, chore_register
 
 
 def _evaluate_alerts() -> int:

@@ -4,7 +4,7 @@ A client's token lets a program in, and revoking it stops all of its traffic
 and callbacks, whoever does it: the admin's list action (the actor is the
 username), ``manage.py create_api_token``, ``revoke_api_token`` and
 ``callback_secret --rotate`` (``command:<OS user>``), Python code
-(``system:python``). The engine (``tasks.clients``) sends ``api_client_changed``
+(``system:python``). The engine (``tasks.lifecycle.clients``) sends ``api_client_changed``
 inside the change's transaction and ``api_client_refused`` when it refuses
 one; the receivers connected here (``DlqConfig.ready()``, every process)
 write the entry. A denied attempt through the admin never reaches the engine:
@@ -18,7 +18,7 @@ from dlq.audit_actions import CLIENT_CREATED, CLIENT_REVOKED, CLIENT_SECRET_ROTA
 from dlq.audit_details import refusal_detail
 from dlq.control_audit import audit_actor
 from dlq.models import AuditOutcome
-from tasks.clients import CREATED, REVOKED, SECRET_ROTATED, api_client_changed, api_client_refused
+from tasks.lifecycle.clients import CREATED, REVOKED, SECRET_ROTATED, api_client_changed, api_client_refused
 
 # The entries' target type: the model's name, as a denial of its admin pages records it.
 CLIENT_TARGET = "apiclient"

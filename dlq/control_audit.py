@@ -1,7 +1,7 @@
 """The audit of live control: one entry for every accepted cancel and every pause, resume or limit change.
 
 The engine sends ``tasks.lifecycle.cancellation.cancel_requested`` and
-``tasks.pipeline_controls.pipeline_control_changed`` inside the transaction
+``tasks.lifecycle.controls.pipeline_control_changed`` inside the transaction
 of the change, whoever asked for it: an operator in the console
 (``operator:<username>``), an API client (``client:<name>``), Python code.
 The receivers connected here (``DlqConfig.ready()``, so in every process)
@@ -18,8 +18,8 @@ from dlq.audit_actions import PIPELINE_LIMITS_RESET, PIPELINE_LIMITS_SET, TASK_C
 from dlq.audit_details import CANCEL_AT_BOUNDARY, LIMIT_KEYS, LIMITS_CHANGED, NO_DETAIL, AuditDetail
 from dlq.models import AuditOutcome
 from tasks.lifecycle.cancellation import cancel_requested
+from tasks.lifecycle.controls import pipeline_control_changed
 from tasks.models import TaskState
-from tasks.pipeline_controls import pipeline_control_changed
 
 # A pipeline entry's "state" before and after: the words a task state and a bulk status already have.
 PIPELINE_RUNNING = TaskState.RUNNING.value

@@ -23,19 +23,19 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 from redis.exceptions import RedisError
-from rq import Worker
 
 from dlq.activity import MinuteActivity, minute_activity
+from dlq.alerting.models import AlertEvent, AlertRule, AlertState
 from dlq.audit import AUDIT_PURGE_KIND
 from dlq.audit_actions import action_label
 from dlq.conf import console_settings
-from dlq.models import AlertEvent, AlertRule, AlertState, AuditEntry, AuditOutcome, DLQItem, DLQStatus
+from dlq.models import AuditEntry, AuditOutcome, DLQItem
 from dlq.selectors import FailureGroup
 from tasks.conf import engine_settings
-from tasks.delivery import QueueBacklog, get_queue, queue_backlogs
-from tasks.limits import held_counts
+from tasks.lifecycle.retention import TASKS_KIND
 from tasks.models import (
     Checkpoint,
+    DLQStatus,
     IdempotencyRecord,
     PipelineControl,
     RetentionPurge,
@@ -46,9 +46,14 @@ from tasks.models import (
     TaskHold,
     TaskState,
 )
-from tasks.pipeline_controls import paused_pipelines
-from tasks.queues import queue_names
-from tasks.retention import TASKS_KIND
+from tasks.selectors import (
+    QueueBacklog,
+    held_counts,
+    live_workers,
+    paused_pipelines,
+    queue_backlogs,
+    queue_registry_counts,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -246,16 +251,14 @@ def queue_figures() -> QueueFigures:
     """Job counts of the engine's queues (summed), each queue's backlog, live workers; unavailable if Redis is down."""
     try:
         backlogs = tuple(queue_backlogs())
-        queues = [get_queue(name) for name in queue_names()]
-        # cleanup=False: counting must not change the queue (cleaning the
-        # started registry would retry or fail abandoned jobs); workers do that.
+        counts = queue_registry_counts().values()
         return QueueFigures(
             available=True,
             queued=sum(backlog.depth for backlog in backlogs),
-            scheduled=sum(queue.scheduled_job_registry.get_job_count(cleanup=False) for queue in queues),
-            started=sum(queue.started_job_registry.get_job_count(cleanup=False) for queue in queues),
-            failed=sum(queue.failed_job_registry.get_job_count(cleanup=False) for queue in queues),
-            workers=tuple(sorted(worker.name for worker in Worker.all(connection=queues[0].connection))),
+            scheduled=sum(count.scheduled for count in counts),
+            started=sum(count.started for count in counts),
+            failed=sum(count.failed for count in counts),
+            workers=live_workers(),
             queues=backlogs,
         )
     except RedisError as exc:

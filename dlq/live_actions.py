@@ -1,7 +1,7 @@
 """Operator actions on live work: cancel a task; pause, resume and limit a pipeline.
 
 Each checks the actor's permission, checks the form, and calls one engine
-service (``tasks.lifecycle.cancellation.task_cancel``, ``tasks.pipeline_controls``),
+service (``tasks.lifecycle.cancellation.task_cancel``, ``tasks.lifecycle.controls``),
 which makes the change in one transaction and sends its signal there: the
 success's audit entry is written by ``dlq.control_audit`` in that
 transaction, so an API client's cancel is audited the same way. What the
@@ -33,16 +33,16 @@ from dlq.audit_details import CANCEL_REPEATED, AuditDetail, refusal_detail
 from dlq.models import AuditOutcome
 from tasks.exceptions import ConfigurationError, PipelineControlRefused, TaskNotActionable, TaskNotCancellable
 from tasks.lifecycle.cancellation import CancelResult, task_cancel
-from tasks.limits_policy import MAX_LIMIT, RateLimit, concurrency_check
-from tasks.models import CANCELLABLE_STATES, PipelineControl, Task
-from tasks.pipeline_controls import (
+from tasks.lifecycle.controls import (
     UNCHANGED,
-    PipelineState,
     pipeline_limits_reset,
     pipeline_limits_set,
     pipeline_pause,
     pipeline_resume,
 )
+from tasks.limits_policy import MAX_LIMIT, RateLimit, concurrency_check
+from tasks.models import CANCELLABLE_STATES, PipelineControl, Task
+from tasks.selectors import PipelineState
 
 CANCEL_PERMISSION = "dlq.cancel_task"
 PAUSE_PERMISSION = "tasks.pause_pipeline"

@@ -25,13 +25,13 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from dlq.alerting.models import AlertChannelKind, AlertKind
+from dlq.alerting.models import AlertChannel, AlertChannelKind, AlertKind, AlertRule, AlertState
 from dlq.conf import console_settings
 from dlq.metrics import label_kind
-from dlq.models import UNRESOLVED_STATUSES, AlertChannel, AlertRule, AlertState, DLQItem
+from dlq.models import DLQItem
 from tasks import registry
-from tasks.limits import held_counts
-from tasks.models import TERMINAL_STATES, PipelineControl, SweeperHeartbeat, Task, TaskState
+from tasks.models import TERMINAL_STATES, UNRESOLVED_STATUSES, PipelineControl, SweeperHeartbeat, Task, TaskState
+from tasks.selectors import held_counts, live_worker_count, queue_backlogs, queue_registry_counts
 
 logger = logging.getLogger(__name__)
 
@@ -139,10 +139,6 @@ class StateCollector:
 
     def _queue(self, now):
         from redis.exceptions import RedisError
-        from rq import Worker
-
-        from tasks.delivery import get_queue, queue_backlogs
-        from tasks.queues import queue_names
 
         up = GaugeMetricFamily("reliability_redis_up", "1 when Redis answered this scrape.")
         jobs = GaugeMetricFamily("reliability_queue_jobs", "RQ jobs by queue and registry.", labels=["queue", "status"])
@@ -157,15 +153,11 @@ class StateCollector:
         workers = GaugeMetricFamily("reliability_workers", "Live RQ workers (registered in Redis).")
         try:
             backlogs = queue_backlogs()
-            figures = {}
-            for name in queue_names():
-                queue = get_queue(name)
-                figures[name] = {
-                    "scheduled": queue.scheduled_job_registry.get_job_count(cleanup=False),
-                    "started": queue.started_job_registry.get_job_count(cleanup=False),
-                    "failed": queue.failed_job_registry.get_job_count(cleanup=False),
-                }
-            live = Worker.count(connection=get_queue().connection)
+            figures = {
+                name: {"scheduled": counts.scheduled, "started": counts.started, "failed": counts.failed}
+                for name, counts in queue_registry_counts().items()
+            }
+            live = live_worker_count()
         except RedisError:
             up.add_metric([], 0)
             yield up

@@ -3,8 +3,8 @@
 Dead letters are the engine's (``tasks.models.DeadLetter``, written by
 ``tasks.lifecycle.dead_letters``); ``DLQItem`` is the console's proxy of them, which
 carries the operators' permissions and the admin pages (``/admin/dlq/dlqitem/``).
-Alerting's models live in ``dlq.alerting.models`` and are imported here so
-the app registers them.
+Alerting's models live in ``dlq.alerting.models`` (imported from there); this
+module imports it so the app registers them.
 """
 
 from __future__ import annotations
@@ -12,18 +12,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from dlq.alerting.models import (  # noqa: F401
-    AlertChannel,
-    AlertChannelKind,
-    AlertDelivery,
-    AlertDeliveryStatus,
-    AlertEvent,
-    AlertEventKind,
-    AlertKind,
-    AlertRule,
-    AlertState,
-)
-from tasks.models import UNRESOLVED_STATUSES, DeadLetter, DLQStatus, ResolutionCode, Task  # noqa: F401
+import dlq.alerting.models  # noqa: F401 (its models are this app's: importing them registers them)
+from tasks.models import DeadLetter, Task
 
 
 class DLQItem(DeadLetter):

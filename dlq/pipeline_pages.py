@@ -26,9 +26,8 @@ from django.views.decorators.cache import never_cache
 from dlq.actions import MAX_REASON_LENGTH, ActionDenied, ActionRefused, ReasonRequired
 from dlq.admin.common import client_ip, deny
 from dlq.live_actions import PIPELINE_ACTIONS, PipelineAction, limits_form_parse, pipeline_act
-from tasks.limits import control_values_of, gate_of
 from tasks.models import PipelineControl, TaskHold
-from tasks.pipeline_controls import PipelineState, pipeline_states
+from tasks.selectors import PipelineState, control_gate, pipeline_state, pipeline_states
 
 # The form's fields that may be shown again after a form error (never more than a field may hold).
 LIMIT_FIELD_LENGTH = 20
@@ -117,7 +116,7 @@ def pipeline_action_page(request: HttpRequest, pipeline: str, action: str) -> Ht
         raise Http404("unknown action")
     if not request.user.has_perm(spec.permission):
         deny(request, action=spec.audit_action, target_type="pipeline", target_id=pipeline)
-    state = next((state for state in pipeline_states() if state.name == pipeline), None)
+    state = pipeline_state(pipeline)
     if state is None:
         raise Http404("no such pipeline")
     page_url = f"{reverse('pipelines')}#pipeline-{state.name}"
@@ -171,7 +170,7 @@ def _act(request: HttpRequest, spec: PipelineAction, state: PipelineState) -> Pi
 
 
 def _done_message(spec: PipelineAction, control: PipelineControl) -> str:
-    gate = gate_of(pipeline=control.pipeline, control=control_values_of(control))
+    gate = control_gate(control)
     limits = _("max concurrency %(concurrency)s, rate limit %(rate)s") % {
         "concurrency": gate.max_concurrency or _("none"),
         "rate": gate.rate or _("none"),

@@ -19,6 +19,6 @@ urlpatterns = [
     path("admin/queues/", queues, name="queues"),
     path("admin/pipelines/", pipelines, name="pipelines"),
     path("admin/pipelines/<str:pipeline>/act/<str:action>/", pipeline_action_page, name="pipeline_act"),
-    # django-rq's views are not served (dlq.queues says why); their old addresses answer 404, POSTs audited.
+    # django-rq's views are not served (dlq.views.queues says why); their old addresses answer 404, POSTs audited.
     re_path(r"^admin/(?:rq|django_rq)/(?P<rest>.*)$", rq_views_removed),
 ]

@@ -17,8 +17,8 @@ from django.views.decorators.cache import never_cache
 from dlq.activity import OUTCOMES, MinuteActivity
 from dlq.audit import audit_denied
 from dlq.dashboard import HourlyGrowth, dashboard_snapshot
-from dlq.queues import queue_states
 from dlq.svg_charts import Series, line_chart
+from tasks.selectors import queue_states
 
 # The growth chart labels one hour a day, counting back from the current hour.
 HOURS_BETWEEN_X_LABELS = 24
@@ -113,7 +113,13 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @permission_required("tasks.view_task", raise_exception=True)
 @never_cache
 def queues(request: HttpRequest) -> HttpResponse:
-    """Each RQ queue's depth, oldest job, registries and workers: read-only (no RQ action is offered)."""
+    """Each RQ queue's depth, oldest job, registries and workers: read-only (no RQ action is offered).
+
+    RQ's own admin views (django-rq's) are not served: they let any staff user empty a queue, requeue or delete
+    jobs, unaudited, and Redis only delivers (section 3 of ARCHITECTURE.md): an operator acts on tasks through
+    the DLQ, whose actions are audited, never on the jobs that deliver them. The figures come from
+    ``tasks.selectors.queue_states``, which changes no queue, registry or job.
+    """
     context = {
         **admin.site.each_context(request),
         "title": _("Queues"),

@@ -1,15 +1,6 @@
-"""The old home of the exception hierarchy, kept so existing pipelines keep importing; it lives in tasks.exceptions."""
+"""Moved: the exceptions are the engine's, imported from ``tasks``; importing this module says so."""
 
-from tasks.exceptions import (  # noqa: F401
-    ConfigurationError,
-    IdempotencyKeyInUse,
-    IdempotencyKeyReused,
-    InvalidTaskInput,
-    LeaseLost,
-    PermanentError,
-    ReliabilityError,
-    StepTimeout,
-    TaskNotActionable,
-    TransientError,
-    UnknownPipeline,
+raise ImportError(
+    "reliability_console.exceptions is gone: import the exceptions from tasks "
+    "(from tasks import PermanentError, TransientError, ...), where they are defined in tasks.exceptions"
 )

@@ -13,8 +13,7 @@ class TasksConfig(AppConfig):
 
         from tasks import callback_pipeline, checks, registry  # noqa: F401 (checks: registers the system checks)
         from tasks.conf import engine_settings
-        from tasks.retention import finished_tasks_purge_due
-        from tasks.sweeper import Chore, chore_register
+        from tasks.lifecycle.retention import finished_tasks_purge_due
 
         registry.load_pipeline_modules()
         # Django's Tasks framework run by the engine (tasks.backends): its pipelines, in every process.
@@ -31,6 +30,8 @@ class TasksConfig(AppConfig):
         # The engine's own pipeline (completion callbacks), in every process like the console's.
         callback_pipeline.register()
         # The engine's own interval chore: the retention purge of finished tasks.
-        chore_register(
-            Chore("finished_tasks_purged", finished_tasks_purge_due, interval=engine_settings.PURGE_INTERVAL_SECONDS)
+        registry.chore_register(
+            registry.Chore(
+                "finished_tasks_purged", finished_tasks_purge_due, interval=engine_settings.PURGE_INTERVAL_SECONDS
+            )
         )

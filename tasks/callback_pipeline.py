@@ -30,9 +30,9 @@ from __future__ import annotations
 from tasks import registry
 from tasks.callback_urls import callback_url_check
 from tasks.callbacks import CALLBACK_PIPELINE
-from tasks.clients import signing_secrets
 from tasks.conf import engine_settings
 from tasks.exceptions import InvalidTaskInput, PermanentError
+from tasks.lifecycle.clients import signing_secrets
 from tasks.models import ApiClient
 from tasks.outbound import resolved_addresses
 from tasks.pipelines import FailurePolicy, Pipeline

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -21,19 +20,18 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq.job import JobStatus
 from rq.serializers import JSONSerializer
-from rq.utils import utcparse
 
 from tasks.conf import engine_settings
 from tasks.queues import default_queue, queue_for_pipeline, queue_names
+from tasks.registry import RUN_TASK_ENTRY_POINT
 
 if TYPE_CHECKING:
     from rq import Queue
 
 logger = logging.getLogger(__name__)
 
-# The one RQ entry point of the engine (tasks.jobs.run_task; see tasks.worker: nothing unregistered runs).
-RUN_TASK_ENTRY_POINT = "tasks.jobs.run_task"
-# Every job of the engine's queues is one (a dotted path: tasks.worker imports the engine's runner side).
+# A task's delivery names the engine's entry point (tasks.registry.RUN_TASK_ENTRY_POINT; tasks.worker runs nothing
+# unregistered), every job this job class (a dotted path: tasks.worker imports the engine's runner side).
 RELIABILITY_JOB_CLASS = "tasks.worker.ReliabilityJob"
 NO_JOB_TIMEOUT = -1
 # Job results are worthless (the database has the outcome); failed jobs are
@@ -81,64 +79,6 @@ def get_queue(name: str | None = None):
         job_class=RELIABILITY_JOB_CLASS,
         default_timeout=NO_JOB_TIMEOUT,
     )
-
-
-@dataclass(frozen=True)
-class QueueBacklog:
-    """One engine queue's jobs waiting for a worker: how many, and since when the oldest has waited."""
-
-    name: str
-    depth: int
-    oldest_enqueued_at: datetime | None  # None when the queue is empty
-
-    def oldest_age(self, now: datetime) -> float:
-        """Seconds the oldest waiting job has waited (0 for an empty queue)."""
-        if self.oldest_enqueued_at is None:
-            return 0.0
-        return max((now - self.oldest_enqueued_at).total_seconds(), 0.0)
-
-
-def queue_backlogs() -> list[QueueBacklog]:
-    """Every engine queue's backlog, highest priority first; raises ``RedisError`` when Redis cannot be read.
-
-    Two round trips whatever the depth: each queue's ``LLEN`` and head (RQ
-    appends at the tail and pops the head, so the head waited longest), then
-    the heads' ``enqueued_at``.
-    """
-    queues = [get_queue(name) for name in queue_names()]
-    client = redis_client()
-    with client.pipeline(transaction=False) as pipe:
-        for queue in queues:
-            pipe.llen(queue.key)
-            pipe.lindex(queue.key, 0)
-        replies = pipe.execute()
-    depths, heads = replies[0::2], [_text(head) for head in replies[1::2]]
-    with client.pipeline(transaction=False) as pipe:
-        for queue, head in zip(queues, heads, strict=True):
-            if head:
-                pipe.hget(queue.job_class.key_for(head), "enqueued_at")
-        enqueued = iter(pipe.execute())
-    return [
-        QueueBacklog(
-            name=queue.name,
-            depth=depth,
-            oldest_enqueued_at=_timestamp(next(enqueued)) if head else None,
-        )
-        for queue, depth, head in zip(queues, depths, heads, strict=True)
-    ]
-
-
-def _text(value) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _timestamp(value) -> datetime | None:
-    # A head whose hash is gone (expired, deleted) has no time: the queue still counts it.
-    value = _text(value)
-    if not value:
-        return None
-    parsed = utcparse(value)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def deliver_now(task_id, fencing_token: int, *, pipeline: str) -> bool:

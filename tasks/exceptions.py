@@ -3,9 +3,7 @@
 The split that drives behaviour is transient (retry) vs permanent (do not).
 Every exception carries a stable ``code``: it is what attempts record and
 what the DLQ stores and groups failures on. Pipeline authors import
-``TransientError`` and ``PermanentError`` from here (or from
-``tasks.pipelines``); ``reliability_console.exceptions`` re-exports all of it
-for code written against the old path.
+``TransientError`` and ``PermanentError`` from the public surface, ``tasks``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""RQ entry points. Thin: parse, call one service. Only names registered here may run in a worker."""
+"""The engine's RQ entry point. Thin: parse, call one service. Only names in tasks.registry run in a worker."""
 
 from __future__ import annotations
 
@@ -8,17 +8,10 @@ import socket
 from django.db import close_old_connections
 from rq import get_current_job
 
-from tasks.delivery import RUN_TASK_ENTRY_POINT
 from tasks.runner import task_run
 
-# Entry points a worker will execute; any other function name in a job is refused (tasks.worker).
-# Other apps add theirs with entry_point_register from their AppConfig.ready().
-ENTRY_POINTS: set[str] = {RUN_TASK_ENTRY_POINT}
-
-
-def entry_point_register(name: str) -> None:
-    """Allow workers to run the function ``name`` (a dotted path), e.g. a console's background job."""
-    ENTRY_POINTS.add(name)
+# run_task is the engine's entry point (tasks.registry.RUN_TASK_ENTRY_POINT); other apps register theirs with
+# tasks.registry.entry_point_register, and tasks.worker refuses a job naming any other function.
 
 
 def worker_identity() -> str:

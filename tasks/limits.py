@@ -31,13 +31,13 @@ import logging
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Count, Exists, OuterRef
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from tasks import registry
 from tasks.exceptions import UnknownPipeline
 from tasks.limits_policy import ControlValues, Gate, RateLimit, gate_for
-from tasks.models import ConcurrencySlot, PipelineControl, RatePermit, Task, TaskHold, TaskState
+from tasks.models import ConcurrencySlot, PipelineControl, RatePermit, Task, TaskState
 
 logger = logging.getLogger(__name__)
 
@@ -255,15 +255,3 @@ def releasable(*, pipeline: str, gate: Gate) -> int:
     if gate.max_concurrency is None:
         return RELEASE_BATCH_SIZE
     return max(gate.max_concurrency - slots_in_use(pipeline=pipeline, limit=gate.max_concurrency), 0)
-
-
-def held_counts() -> dict[tuple[str, str], int]:
-    """(pipeline, hold) -> number of held tasks, for the dashboard and ``/metrics``."""
-    rows = (
-        Task.objects.filter(state=TaskState.QUEUED)
-        .exclude(hold=TaskHold.NONE)
-        .values_list("pipeline", "hold")
-        .annotate(count=Count("pk"))
-        .order_by()
-    )
-    return {(pipeline, hold): count for pipeline, hold, count in rows}

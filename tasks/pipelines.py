@@ -1,8 +1,9 @@
-"""The public API for declaring pipelines: everything a pipeline author imports is importable from here.
+"""Declaring pipelines: ``Pipeline``, its steps and their compensations, the failure policy.
 
-Example::
+A pipeline author imports ``Pipeline`` and ``FailurePolicy`` from the public surface, ``tasks``
+(``tasks/__init__.py``), with the rest of what a pipeline module needs::
 
-    from tasks.pipelines import FailurePolicy, PermanentError, Pipeline, RetryPolicy, TransientError
+    from tasks import FailurePolicy, PermanentError, Pipeline, RetryPolicy, TransientError
 
     orders = Pipeline("orders", failure_policy=FailurePolicy.COMPENSATE)
 
@@ -26,21 +27,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks import registry
-from tasks.exceptions import ConfigurationError, InvalidTaskInput, PermanentError, TransientError
+from tasks.exceptions import ConfigurationError
 from tasks.limits_policy import RateLimit, concurrency_check
 from tasks.queues import default_queue, queue_check
 from tasks.retry import DEFAULT_COMPENSATION_RETRY_POLICY, DEFAULT_RETRY_POLICY, RetryPolicy
 
-__all__ = [
-    "FailurePolicy",
-    "InvalidTaskInput",
-    "PermanentError",
-    "Pipeline",
-    "RateLimit",
-    "RetryPolicy",
-    "Step",
-    "TransientError",
-]
+__all__ = ["FailurePolicy", "Pipeline", "Step"]
+
+# Names this module once re-exported; a pipeline module imports them from tasks.
+_IMPORTED_FROM_TASKS = {"InvalidTaskInput", "PermanentError", "TransientError"}
+
+
+def __getattr__(name: str):
+    if name in _IMPORTED_FROM_TASKS:
+        # ImportError, not AttributeError: ``from tasks.pipelines import X`` shows this message as it is.
+        raise ImportError(f"tasks.pipelines no longer exports {name}: from tasks import {name}")
+    raise AttributeError(f"module 'tasks.pipelines' has no attribute {name!r}")
+
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
 

@@ -79,10 +79,10 @@ REDACTION_RULES: tuple[DefaultRule, ...] = (
     DefaultRule(r"(?i)\b[a-z][a-z0-9+.-]{0,30}://[^\s/:@]*:(?P<secret>[^\s/@]+)@", ("://",)),
     # Stripe secret and restricted keys.
     DefaultRule(r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}", ("_live_", "_test_")),
-    # Webhook signing secrets: Stripe's (alphanumeric) and this engine's callback secrets (tasks.clients:
+    # Webhook signing secrets: Stripe's (alphanumeric) and this engine's callback secrets (tasks.lifecycle.clients:
     # token_urlsafe, so "-" and "_" anywhere, even first: a rule stopping at them left the rest readable).
     DefaultRule(r"(?<![A-Za-z0-9])whsec_[A-Za-z0-9_-]{16,}", ("whsec_",)),
-    # This engine's API tokens (tasks.clients: "rc_" and token_urlsafe(32), 43 characters). One without a
+    # This engine's API tokens (tasks.lifecycle.clients: "rc_" and token_urlsafe(32), 43 characters). One without a
     # capital or a digit is a snake_case name that happens to be as long (1 in 10^15 for a real token).
     DefaultRule(r"(?<![A-Za-z0-9])rc_(?=[a-z_-]{0,42}[A-Z0-9])[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])", ("rc_",)),
     # OpenAI, Anthropic and look-alike "sk-" keys.

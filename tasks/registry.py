@@ -1,10 +1,17 @@
-"""The pipeline registry: the only pipelines (and so the only code) a worker will run."""
+"""What the engine runs, registered: pipelines, RQ entry points, sweeper chores.
+
+The pipelines are the only ones (and so the only code) a worker will run. The entry points are the only
+functions a worker's job may name (``tasks.worker.ReliabilityJob`` refuses any other). The chores are the
+periodic work other apps add to every sweep (``tasks.sweeper`` runs them). Another app (the console) adds what
+it runs here, from its ``AppConfig.ready()``.
+"""
 
 from __future__ import annotations
 
 import importlib
 import traceback
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -118,3 +125,46 @@ def import_failure(exc: Exception) -> str:
     authors = [frame for frame in frames if not Path(frame.filename).is_relative_to(ENGINE_DIR)]
     where = (authors or frames)[-1]
     return f"{type(exc).__name__}: {exc} ({where.filename}, line {where.lineno})"
+
+
+# --- RQ entry points -----------------------------------------------------------------------------------------
+
+# The engine's own: a task's delivery (tasks.jobs.run_task).
+RUN_TASK_ENTRY_POINT = "tasks.jobs.run_task"
+_ENTRY_POINTS: set[str] = {RUN_TASK_ENTRY_POINT}
+
+
+def entry_point_register(name: str) -> None:
+    """Allow workers to run the function ``name`` (a dotted path), e.g. a console's background job."""
+    _ENTRY_POINTS.add(name)
+
+
+def entry_point_allowed(name: str | None) -> bool:
+    """Whether a job naming the function ``name`` may run in a worker."""
+    return name in _ENTRY_POINTS
+
+
+# --- sweeper chores ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chore:
+    """Periodic work another app adds to the sweeper; ``run`` returns how many things it did."""
+
+    name: str
+    run: Callable[[], int]
+    # None: on every sweep (sweep_once); seconds: from the sweeper loop, at most this often.
+    interval: float | None = None
+
+
+_CHORES: dict[str, Chore] = {}
+
+
+def chore_register(chore: Chore) -> None:
+    """Add ``chore`` to every sweep (idempotent per name: the last registration wins)."""
+    _CHORES[chore.name] = chore
+
+
+def chores() -> list[Chore]:
+    """The registered chores, in the order they were first registered."""
+    return list(_CHORES.values())

@@ -1,28 +1,46 @@
-"""Reads on tasks: states, the API representation, pages, idempotency records."""
+"""The engine's reads: tasks (states, the API representation, pages, idempotency records), pipelines and what
+holds them back, the RQ queues and workers.
+
+Nothing here writes (the door, ``tasks.lifecycle``, does). The console reads the engine through this module and
+the models.
+"""
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
 import uuid
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
+from redis.exceptions import RedisError
+from rq import Worker
+from rq.utils import utcparse
 
 from tasks import registry
+from tasks.delivery import get_queue, redis_client
 from tasks.exceptions import InvalidTaskInput, UnknownPipeline
+from tasks.limits import control_values_of, gate_of
+from tasks.limits_policy import Gate, RateLimit, gate_for
 from tasks.models import (
     ApiClient,
     AttemptKind,
     AttemptOutcome,
     Checkpoint,
     IdempotencyRecord,
+    PipelineControl,
     StepAttempt,
     Task,
+    TaskHold,
     TaskState,
 )
+from tasks.queues import queue_names
+
+logger = logging.getLogger(__name__)
 
 FAILED_STATES = {TaskState.FAILED, TaskState.COMPENSATING, TaskState.COMPENSATED, TaskState.COMPENSATION_FAILED}
 
@@ -179,3 +197,248 @@ def idempotency_record_for_client(*, client: ApiClient, key: str) -> Idempotency
 
 def client_scope(client: ApiClient) -> str:
     return f"client:{client.pk}"
+
+
+# --- pipelines and what holds them back -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    """A registered pipeline as the console shows it: declared limits, what holds now, who paused it."""
+
+    name: str
+    queue: str
+    declared_max_concurrency: int | None
+    declared_rate_limit: RateLimit | None
+    gate: Gate
+    control: PipelineControl | None
+    held: dict[str, int]  # hold -> tasks held
+    running: int
+
+    @property
+    def limits_overridden(self) -> bool:
+        return bool(self.control and (self.control.concurrency_overridden or self.control.rate_overridden))
+
+
+def pipeline_states() -> list[PipelineState]:
+    """Every registered pipeline with what holds it now (a handful of queries, whatever the task count)."""
+    controls = {control.pipeline: control for control in PipelineControl.objects.all()}
+    held: dict[str, dict[str, int]] = {}
+    for (name, hold), count in held_counts().items():
+        held.setdefault(name, {})[hold] = count
+    running = dict(
+        Task.objects.filter(state=TaskState.RUNNING)
+        .values_list("pipeline")
+        .annotate(count=Count("pk"))
+        .order_by()
+        .values_list("pipeline", "count")
+    )
+    states = []
+    for declared in sorted(registry.all_pipelines(), key=lambda p: p.name):
+        control = controls.get(declared.name)
+        gate = gate_for(
+            max_concurrency=declared.max_concurrency,
+            rate_limit=declared.rate_limit,
+            control=control_values_of(control),
+        )
+        states.append(
+            PipelineState(
+                name=declared.name,
+                queue=declared.queue,
+                declared_max_concurrency=declared.max_concurrency,
+                declared_rate_limit=declared.rate_limit,
+                gate=gate,
+                control=control,
+                held=held.get(declared.name, {}),
+                running=running.get(declared.name, 0),
+            )
+        )
+    return states
+
+
+def pipeline_state(name: str) -> PipelineState | None:
+    """The registered pipeline ``name`` as ``pipeline_states`` has it; None when no such pipeline is registered."""
+    return next((state for state in pipeline_states() if state.name == name), None)
+
+
+def control_gate(control: PipelineControl) -> Gate:
+    """The limits in force for ``control``'s pipeline, as that control row says (no query)."""
+    return gate_of(pipeline=control.pipeline, control=control_values_of(control))
+
+
+def paused_pipelines() -> list[PipelineControl]:
+    """The pipelines paused now, longest paused first (for the dashboard)."""
+    return list(PipelineControl.objects.filter(paused=True).order_by("paused_at", "pipeline"))
+
+
+def held_counts() -> dict[tuple[str, str], int]:
+    """(pipeline, hold) -> number of held tasks, for the dashboard and ``/metrics``."""
+    rows = (
+        Task.objects.filter(state=TaskState.QUEUED)
+        .exclude(hold=TaskHold.NONE)
+        .values_list("pipeline", "hold")
+        .annotate(count=Count("pk"))
+        .order_by()
+    )
+    return {(pipeline, hold): count for pipeline, hold, count in rows}
+
+
+# --- RQ queues and workers ------------------------------------------------------------------------------------
+#
+# Read only: counts are read with ``cleanup=False`` (cleaning a started registry would fail or retry abandoned
+# jobs; that is the workers' job). Listing workers drops the registration of a worker whose key has expired,
+# as RQ does whenever anyone lists them. Each read below raises ``RedisError`` when Redis cannot be read, except
+# ``queue_states``, which says so per queue.
+
+
+@dataclass(frozen=True)
+class QueueBacklog:
+    """One engine queue's jobs waiting for a worker: how many, and since when the oldest has waited."""
+
+    name: str
+    depth: int
+    oldest_enqueued_at: datetime | None  # None when the queue is empty
+
+    def oldest_age(self, now: datetime) -> float:
+        """Seconds the oldest waiting job has waited (0 for an empty queue)."""
+        if self.oldest_enqueued_at is None:
+            return 0.0
+        return max((now - self.oldest_enqueued_at).total_seconds(), 0.0)
+
+
+def queue_backlogs() -> list[QueueBacklog]:
+    """Every engine queue's backlog, highest priority first.
+
+    Two round trips whatever the depth: each queue's ``LLEN`` and head (RQ
+    appends at the tail and pops the head, so the head waited longest), then
+    the heads' ``enqueued_at``.
+    """
+    queues = [get_queue(name) for name in queue_names()]
+    client = redis_client()
+    with client.pipeline(transaction=False) as pipe:
+        for queue in queues:
+            pipe.llen(queue.key)
+            pipe.lindex(queue.key, 0)
+        replies = pipe.execute()
+    depths, heads = replies[0::2], [_text(head) for head in replies[1::2]]
+    with client.pipeline(transaction=False) as pipe:
+        for queue, head in zip(queues, heads, strict=True):
+            if head:
+                pipe.hget(queue.job_class.key_for(head), "enqueued_at")
+        enqueued = iter(pipe.execute())
+    return [
+        QueueBacklog(name=queue.name, depth=depth, oldest_enqueued_at=_rq_time(next(enqueued)) if head else None)
+        for queue, depth, head in zip(queues, depths, heads, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class RegistryCounts:
+    """One engine queue's jobs in RQ's registries: waiting for their time, running, waiting on others, failed."""
+
+    scheduled: int
+    started: int
+    deferred: int
+    failed: int
+
+
+def queue_registry_counts() -> dict[str, RegistryCounts]:
+    """Every engine queue's registry counts, by queue name, highest priority first."""
+    return {name: _registry_counts(get_queue(name)) for name in queue_names()}
+
+
+def _registry_counts(queue) -> RegistryCounts:
+    return RegistryCounts(
+        scheduled=queue.scheduled_job_registry.get_job_count(cleanup=False),
+        started=queue.started_job_registry.get_job_count(cleanup=False),
+        deferred=queue.deferred_job_registry.get_job_count(cleanup=False),
+        failed=queue.failed_job_registry.get_job_count(cleanup=False),
+    )
+
+
+def live_workers() -> tuple[str, ...]:
+    """The names of the RQ workers registered now, in order."""
+    return tuple(sorted(worker.name for worker in Worker.all(connection=redis_client())))
+
+
+def live_worker_count() -> int:
+    """How many RQ workers are registered now (one round trip)."""
+    return Worker.count(connection=redis_client())
+
+
+@dataclass(frozen=True)
+class WorkerFigures:
+    name: str
+    state: str
+    current_job_id: str
+    last_heartbeat: datetime | None
+
+
+@dataclass(frozen=True)
+class QueueState:
+    name: str
+    available: bool  # False when Redis could not be read: every figure below is then None
+    depth: int | None = None
+    oldest_enqueued_at: datetime | None = None
+    scheduled: int | None = None
+    started: int | None = None
+    deferred: int | None = None
+    failed: int | None = None
+    workers: tuple[WorkerFigures, ...] = ()
+
+    def oldest_age(self, now: datetime) -> timedelta | None:
+        return None if self.oldest_enqueued_at is None else max(now - self.oldest_enqueued_at, timedelta(0))
+
+
+def queue_states() -> list[QueueState]:
+    """Every engine queue as the Queues page shows it, highest priority first (``critical``, ``default``, ``bulk``)."""
+    return [_queue_state(name) for name in queue_names()]
+
+
+def _queue_state(name: str) -> QueueState:
+    queue = get_queue(name)
+    try:
+        oldest = queue.get_job_ids(0, 1)  # RQ appends at the tail and pops the head: the head waited longest
+        enqueued_at = queue.connection.hget(queue.job_class.key_for(oldest[0]), "enqueued_at") if oldest else None
+        counts = _registry_counts(queue)
+        workers = Worker.all(connection=queue.connection, queue=queue)
+        return QueueState(
+            name=name,
+            available=True,
+            depth=queue.count,
+            oldest_enqueued_at=_rq_time(enqueued_at),
+            scheduled=counts.scheduled,
+            started=counts.started,
+            deferred=counts.deferred,
+            failed=counts.failed,
+            workers=tuple(
+                sorted(
+                    (
+                        WorkerFigures(
+                            name=worker.name,
+                            state=str(worker.get_state()),
+                            current_job_id=worker.get_current_job_id() or "",
+                            last_heartbeat=worker.last_heartbeat,
+                        )
+                        for worker in workers
+                    ),
+                    key=lambda figures: figures.name,
+                )
+            ),
+        )
+    except RedisError as exc:
+        logger.warning("queues page redis unavailable", extra={"event": "queues_redis_unavailable", "error": str(exc)})
+        return QueueState(name=name, available=False)
+
+
+def _text(value) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _rq_time(value) -> datetime | None:
+    # A head whose hash is gone (expired, deleted) has no time: the queue still counts it.
+    value = _text(value)
+    if not value:
+        return None
+    parsed = utcparse(value)
+    return parsed if timezone.is_aware(parsed) else parsed.replace(tzinfo=UTC)

@@ -26,10 +26,10 @@ from django.utils import timezone
 
 from tasks import registry
 from tasks.callback_urls import callback_url_check
-from tasks.clients import api_client_signing_secret_ensure
 from tasks.exceptions import InvalidTaskInput
 from tasks.idempotency import idempotency_abandon, idempotency_begin, idempotency_complete
 from tasks.json_text import unstorable_json
+from tasks.lifecycle.clients import api_client_signing_secret_ensure
 from tasks.lifecycle.creation import task_create
 from tasks.models import ApiClient, Task
 from tasks.pipelines import Pipeline

@@ -9,7 +9,7 @@ backlog, no task waits behind newer ones. Running several sweepers at once
 is safe: each task is handled under a row lock taken with SKIP LOCKED, and
 every change is a conditional transition.
 
-Other apps add their own periodic work as *chores* (``chore_register``):
+Other apps add their own periodic work as *chores* (``tasks.registry.chore_register``):
 the engine runs them without knowing what they are. A chore without an
 interval runs on every sweep; one with an interval runs from the sweeper
 loop at most that often.
@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -36,6 +36,7 @@ from django.db.models.lookups import GreaterThan
 from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
+from tasks import registry
 from tasks.conf import engine_settings
 from tasks.delivery import deliveries_lost, get_queue
 from tasks.exceptions import LeaseLost
@@ -58,24 +59,6 @@ WAITING_PAGE_SIZE = 5000
 DELIVERY_CHECK_SIZE = 1000
 # A retry the RQ scheduler should have started this long ago is started by the sweeper.
 DUE_RETRY_GRACE = timedelta(seconds=1)
-
-
-@dataclass(frozen=True)
-class Chore:
-    """Periodic work another app adds to the sweeper; ``run`` returns how many things it did."""
-
-    name: str
-    run: Callable[[], int]
-    # None: on every sweep (sweep_once); seconds: from the sweeper loop, at most this often.
-    interval: float | None = None
-
-
-_CHORES: dict[str, Chore] = {}
-
-
-def chore_register(chore: Chore) -> None:
-    """Add ``chore`` to every sweep (idempotent per name: the last registration wins)."""
-    _CHORES[chore.name] = chore
 
 
 @dataclass
@@ -138,7 +121,7 @@ def sweep_once() -> SweepReport:
     _lost_deliveries(report)
     report.held_released = held_tasks_sweep()
     report.idempotency_records_purged = idempotency_purge_expired()
-    for chore in _CHORES.values():
+    for chore in registry.chores():
         if chore.interval is None:
             report.chores[chore.name] = chore.run()
     if report.did_something or report.redis_unavailable:
@@ -306,13 +289,13 @@ def sweeper_loop(*, interval: float, stop: threading.Event) -> None:
     """Sweep every ``interval`` seconds until ``stop`` is set; run the interval chores when they are due."""
     name = sweeper_name()
     # Interval chores are first due one interval after start, then every interval (an in-memory check).
-    due_at = {chore.name: time.monotonic() + chore.interval for chore in _CHORES.values() if chore.interval}
+    due_at = {chore.name: time.monotonic() + chore.interval for chore in registry.chores() if chore.interval}
     logger.info("sweeper started", extra={"event": "sweeper_started", "interval": interval})
     while not stop.is_set():
         try:
             sweep_once()
             sweeper_heartbeat(name=name)
-            for chore in _CHORES.values():
+            for chore in registry.chores():
                 if chore.interval and time.monotonic() >= due_at.setdefault(chore.name, 0.0):
                     due_at[chore.name] = time.monotonic() + chore.interval
                     chore.run()

@@ -25,6 +25,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.worker import SimpleWorker, WorkerStatus
 
+from tasks import registry
 from tasks.exceptions import ReliabilityError
 
 logger = logging.getLogger(__name__)
@@ -47,9 +48,7 @@ class ReliabilityJob(Job):
 
     def refusal(self) -> RefusedJob | None:
         """Why this job may not run (the error to fail it with), or None when it is one of the project's."""
-        from tasks.jobs import ENTRY_POINTS
-
-        if self.func_name not in ENTRY_POINTS:
+        if not registry.entry_point_allowed(self.func_name):
             return UnregisteredEntryPoint(f"{self.func_name!r} is not a registered entry point")
         callbacks = [
             name

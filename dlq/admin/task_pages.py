@@ -38,9 +38,9 @@ from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, Pip
 from reliability_console.json_display import json_text
 from reliability_console.paginator import CappedCountPaginator
 from tasks import registry
-from tasks.clients import MANAGE_PERMISSION, ApiClientError, api_client_revoke
 from tasks.exceptions import UnknownPipeline
 from tasks.lifecycle.cancellation import CancelResult
+from tasks.lifecycle.clients import MANAGE_PERMISSION, ApiClientError, api_client_revoke
 from tasks.models import (
     ApiClient,
     AttemptKind,

@@ -28,11 +28,11 @@ from dlq.actions import ACTIONS, MAX_REASON_LENGTH, ActionResult, OperatorAction
 from dlq.admin.common import DenialsAuditedMixin, ServiceViewMixin, client_ip, deny, operator_form
 from dlq.audit import audit_denied
 from dlq.bulk import BULK_PERMISSION, MAX_ITEMS, bulk_operation_request, dlq_selection_act
-from dlq.models import BulkOperation, BulkStatus, DLQItem, DLQStatus, ResolutionCode
+from dlq.models import BulkOperation, BulkStatus, DLQItem
 from dlq.selectors import GROUP_SCAN_LIMIT, audit_entries_for_item, failure_groups, retry_preview
 from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, PipelineFilter, ReadOnlyAdminMixin
 from reliability_console.paginator import CappedCountPaginator
-from tasks.models import TaskState
+from tasks.models import DLQStatus, ResolutionCode, TaskState
 from tasks.redaction import redact
 
 # The most rows a selection carries (their ids travel in the URL); more must go through "bulk by filter".

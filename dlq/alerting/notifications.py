@@ -16,7 +16,7 @@ from django.utils import timezone
 from dlq import metrics
 from dlq.alerting.masking import secrets_scrubbed
 from dlq.alerting.models import AlertChannel, AlertDelivery, AlertDeliveryStatus, AlertEvent, AlertRule
-from tasks.submission import task_submit
+from tasks import task_submit
 
 logger = logging.getLogger(__name__)
 

@@ -16,11 +16,7 @@ from dlq.alerting.notifications import (
     alert_delivery_given_up,
     alert_delivery_sent,
 )
-from tasks import registry
-from tasks.exceptions import PermanentError
-from tasks.pipelines import FailurePolicy, Pipeline
-from tasks.queues import CRITICAL_QUEUE
-from tasks.retry import RetryPolicy
+from tasks import FailurePolicy, PermanentError, Pipeline, RetryPolicy, registry
 
 
 def _build() -> Pipeline:
@@ -31,7 +27,7 @@ def _build() -> Pipeline:
         failure_policy=FailurePolicy.COMPENSATE,
         default_step_timeout=30,
         register=False,
-        queue=CRITICAL_QUEUE,
+        queue="critical",
     )
 
     @pipeline.step(effects=("notification",))

@@ -26,7 +26,6 @@ from tasks.api.schemas import (
     TaskStateName,
 )
 from tasks.api.services import api_task_cancel, api_task_submit
-from tasks.clients import api_client_authenticate
 from tasks.exceptions import (
     IdempotencyKeyInUse,
     IdempotencyKeyReused,
@@ -36,6 +35,7 @@ from tasks.exceptions import (
     TaskNotCancellable,
     UnknownPipeline,
 )
+from tasks.lifecycle.clients import api_client_authenticate
 from tasks.selectors import (
     idempotency_record_for_client,
     task_for_client,

@@ -1,4 +1,4 @@
-"""Purging finished tasks: their rows and everything they own go, in one batch (``tasks.retention`` picks them)."""
+"""Purging finished tasks: their rows and everything they own go, in one batch (``lifecycle.retention`` picks them)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tasks.models.door import door
 def tasks_purge(*, task_ids: list) -> dict[str, int]:
     """Delete the tasks ``task_ids`` (locked by the caller) with their resolved dead letters; rows deleted by model.
 
-    The caller has kept back every task that must stay (``tasks.retention``).
+    The caller has kept back every task that must stay (``tasks.lifecycle.retention``).
     """
     # Resolved dead letters protect their task (PROTECT): they go first. An unresolved one is not here (its
     # task is kept, and the task's row is locked); if one were, the task's delete would raise ProtectedError

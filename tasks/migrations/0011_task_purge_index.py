@@ -1,6 +1,6 @@
 """The retention purge's index: finished tasks without an open dead letter, oldest finish first.
 
-The purge (``tasks.retention``) walks it in (finished_at, id) order from where
+The purge (``tasks.lifecycle.retention``) walks it in (finished_at, id) order from where
 its last batch stopped and locks a batch of rows. Partial: a task enters it
 when it reaches a terminal state with no unresolved dead letter, so the rows
 being worked on (queued, running, retrying, compensating) and tasks parked in
@@ -8,7 +8,7 @@ the DLQ are not in it: inserting a task and a step's progress write nothing
 to it, and the purge never steps over tasks it must keep because an operator
 has not resolved them yet.
 
-The predicate must stay the one ``tasks.retention`` filters on (the same
+The predicate must stay the one ``tasks.lifecycle.retention`` filters on (the same
 states, sorted, and ``NOT in_dlq``), or PostgreSQL cannot use the index;
 ``tests/integration/test_retention.py`` checks the plan.
 

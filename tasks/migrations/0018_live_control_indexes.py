@@ -9,7 +9,7 @@
   sweeper still has to carry out (a task that was held or scheduled to retry
   when its cancel came in a race with a worker). Nearly always empty.
 - ``task_purge_candidates_idx`` (0011) is rebuilt with ``cancelled`` among
-  the terminal states, so the retention purge (``tasks.retention``, whose
+  the terminal states, so the retention purge (``tasks.lifecycle.retention``, whose
   filter must match the predicate) still uses it and purges cancelled tasks
   too: the new index is built beside the old one, then takes its name.
 

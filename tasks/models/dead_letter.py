@@ -18,6 +18,7 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from tasks.models.door import DoorManager
+from tasks.reason_texts import reason_sentence
 
 
 class DLQStatus(models.TextChoices):
@@ -108,8 +109,6 @@ class DeadLetter(models.Model):
         """The reason in the active language (the stored English one for items without parameters)."""
         if not self.reason_params:
             return self.reason
-        from tasks.reason_texts import reason_sentence  # the texts import the models
-
         return reason_sentence(reason=self.reason_code, params=self.reason_params)
 
     @property

@@ -8,9 +8,10 @@ import pytest
 from django.db.models import Count
 from prometheus_client.parser import text_string_to_metric_families
 
+from dlq.alerting.models import AlertChannel, AlertEvent, AlertRule
 from dlq.alerting.rules import alerts_evaluate
-from dlq.models import AlertChannel, AlertEvent, AlertRule, DLQItem, DLQStatus
-from tasks.models import AttemptKind, StepAttempt, Task
+from dlq.models import DLQItem
+from tasks.models import AttemptKind, DLQStatus, StepAttempt, Task
 from tasks.models.door import door_forced
 from tasks.runner import task_run
 from tasks.submission import task_submit

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from tasks.clients import api_client_create
+from tasks.lifecycle.clients import api_client_create
 from tasks.models import IdempotencyRecord, Task
 from tests.support import ROOT, wait_for
 

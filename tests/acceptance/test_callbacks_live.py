@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from tasks.callbacks import CALLBACK_PIPELINE
-from tasks.clients import api_client_create, api_client_signing_secret
+from tasks.lifecycle.clients import api_client_create, api_client_signing_secret
 from tasks.models import DeadLetter, SideEffect, StepAttempt, Task
 from tests.support import wait_for
 

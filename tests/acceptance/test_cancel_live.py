@@ -17,9 +17,9 @@ import pytest
 import requests
 
 from dlq.models import AuditEntry
-from tasks.clients import api_client_create
 from tasks.delivery import get_queue, job_id
 from tasks.lifecycle import cancellation
+from tasks.lifecycle.clients import api_client_create
 from tasks.models import AttemptKind, AttemptOutcome, EffectStatus, SideEffect, StepAttempt, Task
 from tests.pipelines import LIVE_CANCEL_STEPS
 from tests.support import wait_for

@@ -14,7 +14,7 @@ import socket
 import pytest
 import requests
 
-from tasks.clients import api_client_create
+from tasks.lifecycle.clients import api_client_create
 from tasks.models import IdempotencyRecord, Task
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

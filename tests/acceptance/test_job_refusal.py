@@ -19,7 +19,7 @@ from rq.job import JobStatus
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
-from tasks.delivery import RUN_TASK_ENTRY_POINT
+from tasks.registry import RUN_TASK_ENTRY_POINT
 from tasks.worker import ReliabilityJob
 from tests.support import wait_for
 

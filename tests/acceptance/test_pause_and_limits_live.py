@@ -20,8 +20,8 @@ from rq import Worker
 
 from dlq.models import AuditEntry
 from tasks.delivery import get_queue, redis_client
+from tasks.lifecycle.controls import pipeline_limits_reset, pipeline_limits_set, pipeline_pause, pipeline_resume
 from tasks.models import AttemptKind, AttemptOutcome, RatePermit, StepAttempt, Task
-from tasks.pipeline_controls import pipeline_limits_reset, pipeline_limits_set, pipeline_pause, pipeline_resume
 from tasks.submission import task_submit
 from tests.support import pid_of_owner, wait_for
 

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from chaos.topology import PgBouncer
-from tasks.clients import api_client_create
+from tasks.lifecycle.clients import api_client_create
 from tasks.models import StepAttempt, Task
 from tests.support import LOG_DIR, database_url, wait_for
 

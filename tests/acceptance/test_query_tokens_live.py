@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tasks.clients import api_client_create
+from tasks.lifecycle.clients import api_client_create
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

@@ -19,7 +19,7 @@ from django.contrib.auth.models import Group
 from django.db import connection
 
 from dlq.roles import roles_setup
-from tasks.clients import api_client_create, api_client_signing_secret
+from tasks.lifecycle.clients import api_client_create, api_client_signing_secret
 from tasks.models import DeadLetter
 from tests.support import wait_for
 

@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 from rq import Worker
 
-from dlq.models import DLQItem, DLQStatus
+from dlq.models import DLQItem
 from tasks.delivery import get_queue, job_id, redis_client
-from tasks.models import AttemptKind, AttemptOutcome, StepAttempt, Task
+from tasks.models import AttemptKind, AttemptOutcome, DLQStatus, StepAttempt, Task
 from tasks.queues import queue_names
 from tasks.submission import task_submit
 from tests.support import pid_of_owner, wait_for

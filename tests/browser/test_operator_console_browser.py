@@ -9,9 +9,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-from dlq.models import AuditEntry, DLQItem, DLQStatus
+from dlq.models import AuditEntry, DLQItem
 from dlq.roles import roles_setup
-from tasks.models import Task
+from tasks.models import DLQStatus, Task
 from tasks.models.door import door_forced
 from tasks.runner import task_run
 from tasks.submission import task_submit

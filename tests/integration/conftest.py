@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from dlq.roles import roles_setup
-from tasks.clients import api_client_create
+from tasks.lifecycle.clients import api_client_create
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ def test_tasks_cannot_be_edited_through_the_admin(staff_client, clean_redis):
 
 
 def test_an_api_client_can_be_revoked_from_the_admin(staff_client):
-    from tasks.clients import api_client_authenticate, api_client_create
+    from tasks.lifecycle.clients import api_client_authenticate, api_client_create
 
     client, token = api_client_create(name="to-revoke")
     response = staff_client.post(

@@ -13,18 +13,10 @@ from django.db import connection
 from django.utils import timezone
 
 from dlq.alerting import measures as alert_measures
+from dlq.alerting.models import AlertChannel, AlertDelivery, AlertDeliveryStatus, AlertEvent, AlertRule, AlertState
 from dlq.alerting.rules import alert_rule_evaluate, alerts_evaluate
-from dlq.models import (
-    AlertChannel,
-    AlertDelivery,
-    AlertDeliveryStatus,
-    AlertEvent,
-    AlertRule,
-    AlertState,
-    DLQItem,
-    DLQStatus,
-)
-from tasks.models import IdempotencyRecord, SweeperHeartbeat, Task
+from dlq.models import DLQItem
+from tasks.models import DLQStatus, IdempotencyRecord, SweeperHeartbeat, Task
 from tasks.models.door import door_forced
 from tasks.runner import task_run
 from tasks.submission import task_submit

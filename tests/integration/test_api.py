@@ -9,8 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from tasks.clients import api_client_create, api_client_revoke
 from tasks.idempotency import idempotency_purge_expired
+from tasks.lifecycle.clients import api_client_create, api_client_revoke
 from tasks.models import IdempotencyRecord, Task
 from tasks.runner import task_run
 

@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from dlq.models import AuditEntry, AuditOutcome
-from tasks.clients import api_client_authenticate, api_client_create, api_client_revoke
+from tasks.lifecycle.clients import api_client_authenticate, api_client_create, api_client_revoke
 from tasks.models import ApiClient
 from tests.support import manage, process_env
 

@@ -12,7 +12,7 @@ from django.db import DatabaseError, connection, transaction
 from dlq.audit import AUDIT_PURGE_KIND, audit_entries_purge, audit_entries_purge_due
 from dlq.audit_actions import AUDIT_PURGE_ACTION
 from dlq.models import AuditEntry
-from tasks import sweeper
+from tasks import registry
 from tasks.models import RetentionPurge
 from tests.support import aged_audit_entry, manage, process_env
 
@@ -89,7 +89,7 @@ def test_the_purge_permission_ends_with_its_transaction():
 
 
 def test_the_sweeper_keeps_audit_entries_forever_unless_a_retention_is_set(settings):
-    chore = sweeper._CHORES["audit_entries_purged"]
+    chore = registry._CHORES["audit_entries_purged"]
     assert chore.run is audit_entries_purge_due
     assert chore.interval == settings.RELIABILITY_PURGE_INTERVAL_SECONDS
     old = aged_audit_entry(age=timedelta(days=400))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tasks.callbacks import CALLBACK_PIPELINE
-from tasks.clients import api_client_create, api_client_revoke, api_client_signing_secret
+from tasks.lifecycle.clients import api_client_create, api_client_revoke, api_client_signing_secret
 from tasks.models import Task
 from tasks.runner import task_run
 from tasks.submission import task_submit

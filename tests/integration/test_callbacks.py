@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from tasks.api.errors import json_bytes
 from tasks.callbacks import CALLBACK_PIPELINE, CALLBACK_SCOPE, callback_submit
-from tasks.clients import api_client_create, api_client_signing_secret, signing_secrets
 from tasks.exceptions import InvalidTaskInput
+from tasks.lifecycle.clients import api_client_create, api_client_signing_secret, signing_secrets
 from tasks.lifecycle.operator import task_retry_from_checkpoint
 from tasks.models import ApiClient, IdempotencyRecord, Task
 from tasks.models.door import door_forced

@@ -16,13 +16,22 @@ from rq import Worker
 from dlq.actions import ActionDenied, ActionRefused, dlq_item_act
 from dlq.audit import audit_entries_purge, audit_record
 from dlq.dashboard import GROWTH_HOURS, dlq_hourly_growth
-from dlq.models import AuditEntry, AuditOutcome, DLQItem, DLQStatus
+from dlq.models import AuditEntry, AuditOutcome, DLQItem
 from dlq.svg_charts import Series, line_chart
 from tasks.delivery import get_queue
 from tasks.lifecycle.cancellation import task_cancel
-from tasks.models import Checkpoint, RetentionPurge, SideEffect, StepAttempt, SweeperHeartbeat, Task, TaskState
+from tasks.lifecycle.retention import TASKS_KIND, finished_tasks_purge
+from tasks.models import (
+    Checkpoint,
+    DLQStatus,
+    RetentionPurge,
+    SideEffect,
+    StepAttempt,
+    SweeperHeartbeat,
+    Task,
+    TaskState,
+)
 from tasks.models.door import door_forced
-from tasks.retention import TASKS_KIND, finished_tasks_purge
 from tasks.runner import task_run
 from tasks.submission import task_submit
 from tasks.sweeper import sweeper_heartbeat
@@ -370,8 +379,8 @@ def test_operator_actions_of_the_last_24_hours_are_counted_by_outcome(admin_clie
 
 
 def test_the_alerts_section_shows_firing_rules_and_history(admin_client, clean_redis):
+    from dlq.alerting.models import AlertRule
     from dlq.alerting.rules import alerts_evaluate
-    from dlq.models import AlertRule
 
     AlertRule.objects.all().delete()
     body = admin_client.get(URL).content.decode()

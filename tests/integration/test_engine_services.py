@@ -13,8 +13,8 @@ from django.conf import settings
 from django.db import ProgrammingError, connection
 from django.utils import timezone
 
-from dlq.models import DLQItem, DLQStatus
-from tasks import sweeper
+from dlq.models import DLQItem
+from tasks import registry, sweeper
 from tasks.attempts import AttemptRecord
 from tasks.exceptions import (
     IdempotencyKeyReused,
@@ -25,12 +25,14 @@ from tasks.exceptions import (
     UnknownPipeline,
 )
 from tasks.lifecycle.claims import task_claim
+from tasks.lifecycle.controls import pipeline_limits_reset, pipeline_pause, pipeline_resume
 from tasks.lifecycle.operator import task_close, task_compensate, task_retry_from_checkpoint, task_retry_from_start
 from tasks.lifecycle.outcomes import step_succeeded
 from tasks.models import (
     AttemptKind,
     AttemptOutcome,
     Checkpoint,
+    DLQStatus,
     EffectStatus,
     ResolutionCode,
     SideEffect,
@@ -38,7 +40,6 @@ from tasks.models import (
     Task,
 )
 from tasks.models.door import door_forced
-from tasks.pipeline_controls import pipeline_limits_reset, pipeline_pause, pipeline_resume
 from tasks.runner import task_run
 from tasks.submission import task_submit
 from tasks.sweeper import sweep_once
@@ -296,12 +297,12 @@ def test_the_console_adds_its_chores_to_the_engines_sweeps():
     # Every sweep: the console's bulk re-delivery and retention; alert evaluation runs from the loop on its interval.
     assert list(report.chores) == ["bulk_redelivered", "dlq_items_purged"]
     assert {"bulk_redelivered", "dlq_items_purged"} <= set(report.as_log())
-    assert sweeper._CHORES["alerts_evaluated"].interval == settings.RELIABILITY_ALERT_INTERVAL_SECONDS
+    assert registry._CHORES["alerts_evaluated"].interval == settings.RELIABILITY_ALERT_INTERVAL_SECONDS
 
 
 def test_the_sweeper_loop_runs_an_interval_chore_when_it_is_due(monkeypatch):
     runs = []
-    monkeypatch.setitem(sweeper._CHORES, "t_counted", sweeper.Chore("t_counted", lambda: runs.append(1) or 1, 0.05))
+    monkeypatch.setitem(registry._CHORES, "t_counted", registry.Chore("t_counted", lambda: runs.append(1) or 1, 0.05))
     stop = threading.Event()
 
     def loop():

@@ -8,7 +8,8 @@ from dlq.actions import MAX_REASON_LENGTH
 from dlq.audit import DETAIL_MAX_LENGTH, DETAIL_PARAM_MAX_LENGTH, audit_record
 from dlq.audit_details import AuditDetail
 from dlq.bulk import BULK_REASON_MAX_LENGTH, bulk_operation_run_slice
-from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem, DLQStatus
+from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem
+from tasks.models import DLQStatus
 from tests.support import parked_dead_letters
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,6 +18,12 @@ from tasks.exceptions import PipelineControlRefused, TaskNotActionable, TaskNotC
 from tasks.lifecycle import holds
 from tasks.lifecycle.cancellation import cancel_requested, task_cancel
 from tasks.lifecycle.claims import task_claim
+from tasks.lifecycle.controls import (
+    pipeline_limits_reset,
+    pipeline_limits_set,
+    pipeline_pause,
+    pipeline_resume,
+)
 from tasks.lifecycle.operator import task_compensate, task_retry_from_checkpoint
 from tasks.models import (
     AttemptKind,
@@ -32,14 +38,8 @@ from tasks.models import (
     TaskState,
 )
 from tasks.models.door import door_forced
-from tasks.pipeline_controls import (
-    pipeline_limits_reset,
-    pipeline_limits_set,
-    pipeline_pause,
-    pipeline_resume,
-    pipeline_states,
-)
 from tasks.runner import task_run
+from tasks.selectors import pipeline_states
 from tasks.submission import task_submit
 from tasks.sweeper import sweep_once
 
@@ -122,7 +122,7 @@ def test_a_finished_task_is_not_cancellable_and_nothing_changes():
 
 
 def test_another_clients_task_is_no_such_task():
-    from tasks.clients import api_client_create
+    from tasks.lifecycle.clients import api_client_create
 
     owner, other = api_client_create(name="owner")[0], api_client_create(name="other")[0]
     task = task_submit(pipeline="t_cancellable", input={}, client=owner)

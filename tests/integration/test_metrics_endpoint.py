@@ -6,7 +6,9 @@ import pytest
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from dlq.models import AlertChannel, AlertRule, DLQItem, DLQStatus
+from dlq.alerting.models import AlertChannel, AlertRule
+from dlq.models import DLQItem
+from tasks.models import DLQStatus
 from tasks.models.door import door_forced
 from tasks.runner import task_run
 from tasks.submission import task_submit

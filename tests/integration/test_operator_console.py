@@ -22,11 +22,11 @@ from dlq.bulk import (
     bulk_operation_request,
     bulk_operation_run_slice,
 )
-from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem, DLQStatus
+from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem
 from dlq.roles import roles_setup
 from tasks.context import effect_key
 from tasks.delivery import get_queue, job_id
-from tasks.models import EffectStatus, SideEffect, Task
+from tasks.models import DLQStatus, EffectStatus, SideEffect, Task
 from tasks.models.door import door_forced
 from tasks.runner import task_run
 from tasks.submission import task_submit

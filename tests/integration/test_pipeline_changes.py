@@ -12,12 +12,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tasks import registry
+from tasks import FailurePolicy, PermanentError, Pipeline, registry
 from tasks.exceptions import TaskNotActionable, TransientError
 from tasks.lifecycle.operator import task_compensate, task_retry_from_start
 from tasks.models import AttemptKind, Checkpoint, DeadLetter, SideEffect, StepAttempt, Task
 from tasks.models.door import door_forced
-from tasks.pipelines import FailurePolicy, PermanentError, Pipeline
 from tasks.retry import RetryPolicy
 from tasks.runner import task_run
 from tasks.submission import task_submit

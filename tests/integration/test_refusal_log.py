@@ -13,7 +13,7 @@ import pytest
 from dlq.alerting.models import AlertChannel
 from dlq.models import AuditEntry, AuditOutcome, DLQItem
 from reliability_console.logging import StructuredFormatter
-from tasks.clients import api_client_create
+from tasks.lifecycle.clients import api_client_create
 from tasks.runner import task_run
 from tasks.submission import task_submit
 

@@ -19,10 +19,13 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
+from dlq.alerting.models import AlertChannel, AlertDelivery, AlertEvent, AlertRule
 from dlq.audit import audit_record
-from dlq.models import AlertChannel, AlertDelivery, AlertEvent, AlertRule, AuditEntry, AuditOutcome
-from tasks import retention, sweeper
+from dlq.models import AuditEntry, AuditOutcome
+from tasks import registry
+from tasks.lifecycle import retention
 from tasks.lifecycle.operator import task_close
+from tasks.lifecycle.retention import TASKS_KIND, _candidates, finished_tasks_purge, finished_tasks_purge_due
 from tasks.models import (
     TERMINAL_STATES,
     UNRESOLVED_STATUSES,
@@ -38,7 +41,6 @@ from tasks.models import (
     TaskState,
 )
 from tasks.models.door import door_forced
-from tasks.retention import TASKS_KIND, _candidates, finished_tasks_purge, finished_tasks_purge_due
 from tasks.runner import task_run
 from tasks.submission import task_submit
 from tests.support import manage, planner_statistics_of_a_live_table, process_env
@@ -318,7 +320,7 @@ def test_a_purge_is_recorded_for_the_dashboard_and_counted_in_metrics():
 
 
 def test_the_sweeper_purges_with_the_configured_retention_and_not_at_all_when_it_is_zero(settings):
-    chore = sweeper._CHORES["finished_tasks_purged"]
+    chore = registry._CHORES["finished_tasks_purged"]
     assert chore.run is finished_tasks_purge_due
     assert chore.interval == settings.RELIABILITY_PURGE_INTERVAL_SECONDS
     old, recent = succeeded(age=timedelta(days=10)), succeeded(age=timedelta(days=2))

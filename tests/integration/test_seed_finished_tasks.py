@@ -10,8 +10,8 @@ from django.core.management import CommandError, call_command
 from django.db.models import Count
 from django.utils import timezone
 
+from tasks.lifecycle.retention import finished_tasks_purge
 from tasks.models import Checkpoint, DeadLetter, DLQStatus, SideEffect, StepAttempt, Task, TaskState
-from tasks.retention import finished_tasks_purge
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,8 +14,8 @@ from django.db.models import Count
 from django.utils import timezone
 
 from devtools.scale_data import service as seed_service
-from dlq.models import UNRESOLVED_STATUSES, DLQItem, DLQStatus
-from tasks.models import Checkpoint, SideEffect, StepAttempt, Task, TaskState
+from dlq.models import DLQItem
+from tasks.models import UNRESOLVED_STATUSES, Checkpoint, DLQStatus, SideEffect, StepAttempt, Task, TaskState
 from tests.support import ROOT, process_env
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dlq.bulk import bulk_operation_run_slice
-from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem, DLQStatus
+from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem
+from tasks.models import DLQStatus
 from tests.support import compensated_dead_letters, parked_dead_letters
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dlq.alerting.models import AlertChannel, AlertRule
-from dlq.models import AuditEntry, AuditOutcome, DLQItem, DLQStatus
-from tasks.clients import api_client_create
-from tasks.models import Task
+from dlq.models import AuditEntry, AuditOutcome, DLQItem
+from tasks.lifecycle.clients import api_client_create
+from tasks.models import DLQStatus, Task
 from tasks.runner import task_run
 from tasks.submission import task_submit
 

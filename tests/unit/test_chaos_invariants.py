@@ -343,8 +343,16 @@ def test_a_run_recorded_from_the_real_simulator_holds():
 
 
 def test_the_copied_states_and_outcomes_are_the_engines():
-    from dlq.models import UNRESOLVED_STATUSES, DLQStatus
-    from tasks.models import TERMINAL_STATES, AttemptKind, AttemptOutcome, EffectStatus, FailureReason, TaskState
+    from tasks.models import (
+        TERMINAL_STATES,
+        UNRESOLVED_STATUSES,
+        AttemptKind,
+        AttemptOutcome,
+        DLQStatus,
+        EffectStatus,
+        FailureReason,
+        TaskState,
+    )
 
     assert record_format.TASK_STATES == set(TaskState.values)
     assert record_format.TERMINAL_STATES == set(TERMINAL_STATES)

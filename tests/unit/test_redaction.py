@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from tasks.clients import api_client_create, api_client_signing_secret
 from tasks.context import effect_key
 from tasks.delivery import job_id
+from tasks.lifecycle.clients import api_client_create, api_client_signing_secret
 from tasks.redaction import (
     REDACTED,
     REDACTION_RULES,
@@ -291,7 +291,7 @@ def test_configured_patterns_apply_to_short_strings_too(settings):
     assert redact_text("T-42") == REDACTED
 
 
-# --- this engine's own secrets: API tokens and callback signing secrets, as tasks.clients makes them -------------
+# --- this engine's own secrets: API tokens and callback signing secrets, as tasks.lifecycle.clients makes them -------
 
 
 @pytest.mark.django_db

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tasks.pipelines import FailurePolicy, InvalidTaskInput, PermanentError, Pipeline, RetryPolicy
+from tasks import FailurePolicy, InvalidTaskInput, PermanentError, Pipeline, RetryPolicy
 
 CURRENCIES = {"EUR", "GBP", "USD"}
 MAX_AMOUNT_CENTS = 1_000_000

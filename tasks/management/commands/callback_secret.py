@@ -7,8 +7,8 @@ refusal) is audited with the actor ``command:<OS user>``.
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks.clients import ApiClientError, api_client_signing_secret, command_actor
 from tasks.conf import engine_settings
+from tasks.lifecycle.clients import ApiClientError, api_client_signing_secret, command_actor
 
 
 class Command(BaseCommand):

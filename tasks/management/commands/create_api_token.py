@@ -5,7 +5,7 @@ The creation (or its refusal) is audited with the actor ``command:<OS user>``.
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks.clients import ApiClientError, api_client_create, command_actor
+from tasks.lifecycle.clients import ApiClientError, api_client_create, command_actor
 
 
 class Command(BaseCommand):

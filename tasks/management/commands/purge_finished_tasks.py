@@ -1,6 +1,6 @@
 """python manage.py purge_finished_tasks --older-than DAYS [--dry-run] [--batch-size N] [--pause-ratio R]: to the end.
 
-The sweeper runs the same purge (``tasks.retention.finished_tasks_purge``) a
+The sweeper runs the same purge (``tasks.lifecycle.retention.finished_tasks_purge``) a
 few seconds at a time with ``RELIABILITY_TASK_RETENTION_DAYS``; this command
 runs it until no candidate is left, batch by batch, printing its progress.
 """
@@ -12,8 +12,8 @@ import time
 from django.core.management.base import BaseCommand
 
 from tasks.conf import engine_settings
+from tasks.lifecycle.retention import PurgeReport, finished_tasks_purge
 from tasks.management.options import count_option, days_option, ratio_option
-from tasks.retention import PurgeReport, finished_tasks_purge
 
 MAX_BATCH_SIZE = 10_000
 PROGRESS_SECONDS = 5.0

@@ -5,7 +5,7 @@ Audited with the actor ``command:<OS user>``; an unknown or already revoked clie
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks.clients import ApiClientError, api_client_revoke, command_actor
+from tasks.lifecycle.clients import ApiClientError, api_client_revoke, command_actor
 
 
 class Command(BaseCommand):

@@ -11,7 +11,6 @@ limit releases held tasks at once, oldest first, as far as the limits allow
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -21,8 +20,8 @@ from django.utils import timezone
 from tasks import limits, registry
 from tasks.exceptions import ConfigurationError, PipelineControlRefused, UnknownPipeline
 from tasks.lifecycle.holds import held_tasks_release
-from tasks.limits_policy import Gate, RateLimit, concurrency_check, gate_for
-from tasks.models import PipelineControl, Task, TaskHold, TaskState
+from tasks.limits_policy import RateLimit, concurrency_check
+from tasks.models import PipelineControl, TaskHold
 
 logger = logging.getLogger(__name__)
 
@@ -32,24 +31,6 @@ pipeline_control_changed = Signal()
 REASON_MAX_LENGTH = 1000
 # Marks an argument a limits change leaves as it is.
 UNCHANGED: Any = object()
-
-
-@dataclass(frozen=True)
-class PipelineState:
-    """A registered pipeline as the console shows it: declared limits, what holds now, who paused it."""
-
-    name: str
-    queue: str
-    declared_max_concurrency: int | None
-    declared_rate_limit: RateLimit | None
-    gate: Gate
-    control: PipelineControl | None
-    held: dict[str, int]  # hold -> tasks held
-    running: int
-
-    @property
-    def limits_overridden(self) -> bool:
-        return bool(self.control and (self.control.concurrency_overridden or self.control.rate_overridden))
 
 
 def pipeline_pause(*, pipeline: str, actor: str, reason: str, client_ip: str | None = None) -> PipelineControl:
@@ -139,53 +120,6 @@ def pipeline_limits_reset(*, pipeline: str, actor: str, reason: str, client_ip: 
         _changed(control, "pipeline_limits_reset", actor, reason, before, client_ip)
         transaction.on_commit(lambda: _release(pipeline))
     return control
-
-
-def pipeline_states() -> list[PipelineState]:
-    """Every registered pipeline with what holds it now (a handful of queries, whatever the task count)."""
-    controls = {control.pipeline: control for control in PipelineControl.objects.all()}
-    held: dict[str, dict[str, int]] = {}
-    for (name, hold), count in limits.held_counts().items():
-        held.setdefault(name, {})[hold] = count
-    running = dict(
-        Task.objects.filter(state=TaskState.RUNNING)
-        .values_list("pipeline")
-        .annotate(count=_count())
-        .order_by()
-        .values_list("pipeline", "count")
-    )
-    states = []
-    for declared in sorted(registry.all_pipelines(), key=lambda p: p.name):
-        control = controls.get(declared.name)
-        gate = gate_for(
-            max_concurrency=declared.max_concurrency,
-            rate_limit=declared.rate_limit,
-            control=limits.control_values_of(control),
-        )
-        states.append(
-            PipelineState(
-                name=declared.name,
-                queue=declared.queue,
-                declared_max_concurrency=declared.max_concurrency,
-                declared_rate_limit=declared.rate_limit,
-                gate=gate,
-                control=control,
-                held=held.get(declared.name, {}),
-                running=running.get(declared.name, 0),
-            )
-        )
-    return states
-
-
-def paused_pipelines() -> list[PipelineControl]:
-    """The pipelines paused now, longest paused first (for the dashboard)."""
-    return list(PipelineControl.objects.filter(paused=True).order_by("paused_at", "pipeline"))
-
-
-def _count():
-    from django.db.models import Count
-
-    return Count("pk")
 
 
 def _locked(pipeline: str) -> tuple[PipelineControl, dict]:
