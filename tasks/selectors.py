@@ -25,7 +25,7 @@ from tasks import registry
 from tasks.delivery import get_queue, redis_client
 from tasks.exceptions import InvalidTaskInput, UnknownPipeline
 from tasks.limits import control_values_of, gate_of
-from tasks.limits_policy import Gate, RateLimit, gate_for
+from tasks.limits_policy import Gate, RateLimit
 from tasks.models import (
     ApiClient,
     AttemptKind,
@@ -236,11 +236,7 @@ def pipeline_states() -> list[PipelineState]:
     states = []
     for declared in sorted(registry.all_pipelines(), key=lambda p: p.name):
         control = controls.get(declared.name)
-        gate = gate_for(
-            max_concurrency=declared.max_concurrency,
-            rate_limit=declared.rate_limit,
-            control=control_values_of(control),
-        )
+        gate = gate_of(pipeline=declared.name, control=control_values_of(control))
         states.append(
             PipelineState(
                 name=declared.name,
