@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Tests run against PostgreSQL (pytest-django creates and drops test_<name>).
 TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/reliability_console
 
-.PHONY: run test test-fast bench chaos lint format install clean
+.PHONY: run test test-fast bench profile chaos lint format install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,13 @@ test-fast: install
 		-m "not acceptance and not processes and not browser and not slow" $(PYTEST_ARGS)
 
 bench: install
+	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+
+# Where a worker's time goes while it drains 10-step tasks (py-spy), and each task's commits and Redis commands.
+profile: install
+	$(BIN)/pip install --quiet -e ".[bench]"
+	$(BIN)/python scripts/profile_engine.py $(PROFILE_ARGS)
 
 # A fault campaign against a real deployment on this machine (`make chaos CHAOS_ARGS="--help"` lists its options).
 chaos: install

@@ -2,7 +2,8 @@
 
 Example: ``make chaos CHAOS_ARGS="--tasks 600 --workers 4 --duration 180 --seed 3"``; live control: a share of
 tasks for a pipeline with limits (``--limited-share``), a share cancelled by their client (``--cancel-share``),
-that pipeline paused once (``--pause-seconds``); production topologies:
+that pipeline paused once (``--pause-seconds``), a share of keyed tasks sent in batches (``--batch-share``);
+production topologies:
 ``--pgbouncer`` (every connection through PgBouncer in transaction mode), ``--sentinel`` (Redis under Sentinel,
 with the fault redis-failover), ``--own-cluster`` (a throwaway PostgreSQL cluster, with the fault pg-restart).
 """
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 from chaos.faults import ALL_FAULTS, TOPOLOGY_FAULTS
+from chaos.workload import BATCH_SHARE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         "--cancel-share", type=float, default=0.1, help="share of tasks their client cancels over the API (default 0.1)"
     )
     parser.add_argument(
+        "--batch-share",
+        type=float,
+        default=BATCH_SHARE,
+        help="share of keyed tasks sent in batches of up to 8 (POST /api/v1/tasks/batch; default %(default)s)",
+    )
+    parser.add_argument(
         "--pause-seconds",
         type=float,
         default=None,
@@ -109,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         sentinel=options.sentinel,
         limited_share=options.limited_share,
         cancel_share=options.cancel_share,
+        batch_share=options.batch_share,
         pause_seconds=options.pause_seconds,
     )
     try:

@@ -25,7 +25,7 @@ from chaos.controls import MAX_PAUSE_SHARE, PipelineOperator, default_pause_seco
 from chaos.deployment import Deployment, DeploymentSettings
 from chaos.processes import DeploymentError
 from chaos.record import TERMINAL_STATES
-from chaos.workload import LIMITED_PIPELINE, PLATFORM_PIPELINE, Canceller, Submitter, plan
+from chaos.workload import BATCH_SHARE, LIMITED_PIPELINE, PLATFORM_PIPELINE, Canceller, Submitter, plan
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +68,8 @@ class CampaignConfig:
     limited_share: float = 0.2
     cancel_share: float = 0.1
     pause_seconds: float | None = None
+    # The share of keyed tasks sent in batches (POST /api/v1/tasks/batch): delivered several per RQ job.
+    batch_share: float = BATCH_SHARE
 
     def __post_init__(self) -> None:
         if self.faults is None:
@@ -99,7 +101,12 @@ class CampaignConfig:
                 raise ValueError(f"the fault {kind} needs {option} ({TOPOLOGY_FAULT_REASONS[kind]})")
         if self.own_cluster and self.server_url is not None:
             raise ValueError("--own-cluster runs a PostgreSQL cluster of its own: leave out --server-url")
-        for option, share in (("--limited-share", self.limited_share), ("--cancel-share", self.cancel_share)):
+        shares = (
+            ("--limited-share", self.limited_share),
+            ("--cancel-share", self.cancel_share),
+            ("--batch-share", self.batch_share),
+        )
+        for option, share in shares:
             if not 0 <= share <= 1:
                 raise ValueError(f"{option} must be between 0 and 1, got {share:g}")
         if not 0 <= self.pause_seconds <= MAX_PAUSE_SHARE * self.duration:
@@ -128,6 +135,9 @@ def run(config: CampaignConfig, *, progress=print) -> CampaignResult:
     run_dir = Path(config.output_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-seed{config.seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     window = config.duration * SUBMIT_SHARE
+    pause = pause_plan(
+        seed=config.seed, duration=config.duration, pipeline=LIMITED_PIPELINE, seconds=config.pause_seconds
+    )
     planned, broke_users = plan(
         seed=config.seed,
         tasks=config.tasks,
@@ -135,9 +145,8 @@ def run(config: CampaignConfig, *, progress=print) -> CampaignResult:
         with_402="402" in config.faults,
         limited_share=config.limited_share,
         cancel_share=config.cancel_share,
-    )
-    pause = pause_plan(
-        seed=config.seed, duration=config.duration, pipeline=LIMITED_PIPELINE, seconds=config.pause_seconds
+        batch_share=config.batch_share,
+        paused=(pause.at, pause.at + pause.seconds) if pause else None,
     )
     slow_rate = min(0.02, config.duration / SECONDS_PER_SLOW_ANSWER / (config.tasks * CALLS_PER_TASK))
     settings = DeploymentSettings(
@@ -317,6 +326,7 @@ def _record(config, deployment: Deployment, submitter: Submitter, canceller: Can
             "live_control": {
                 "limited_share": config.limited_share,
                 "cancel_share": config.cancel_share,
+                "batch_share": config.batch_share,
                 "pause_seconds": config.pause_seconds,
             },
             "holds": _holds(deployment.metrics_dir),

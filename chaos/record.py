@@ -10,6 +10,7 @@ requires; any other field (a submission's body, a task's input or failure) is ke
     faults       [{"kind", "at", "detail"}]                       what the campaign did to the deployment
     controls     [{"action": "pause" | "resume", "pipeline", "called_at", "returned_at"}]   the operator's
     submissions  [{"request_id", "idempotency_key", "status", "task_id", "replayed"}]   status 0: no answer
+                 (a campaign's also say "batch": the batch a submission was first sent in, or null)
     cancels      [{"request_id", "task_id", "repeat", "status", "state", "requested_at"}]   status 0: no answer
     tasks        [{"id", "pipeline", "state", "generation", "idempotency_key", "cancel_requested_at"}]
     dlq_items    [{"task_id", "status", "reason_code"}]
@@ -38,7 +39,7 @@ __all__ = ["RecordError", "RecordedRun", "seconds", "validate_record"]
 TERMINAL_STATES = frozenset({"succeeded", "failed", "compensated", "compensation_failed", "cancelled"})
 # Failed for good: each has its dead letter (a cancelled task has one only when its compensation failed).
 NOT_SUCCEEDED_STATES = frozenset({"failed", "compensated", "compensation_failed"})
-TASK_STATES = TERMINAL_STATES | {"queued", "running", "retry_scheduled", "compensating"}
+TASK_STATES = TERMINAL_STATES | {"queued", "running", "retry_scheduled", "waiting", "compensating"}
 UNRESOLVED_DLQ_STATUSES = frozenset({"open", "retrying", "compensating", "compensated"})
 DLQ_STATUSES = UNRESOLVED_DLQ_STATUSES | {"resolved"}
 ATTEMPT_KINDS = frozenset({"step", "compensation", "failure_notice"})

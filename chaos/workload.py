@@ -7,7 +7,11 @@ platform refuses (402). A share goes to the campaign's limited pipeline (``chaos
 the demo's. A share is cancelled over the API by their client (``Canceller``) at a moment of their run the
 plan picks: as soon as the task is accepted, once it is seen running or waiting for a retry, after a
 while, or once it finished (a 409); some of those cancels are sent a second time, which must be the same
-cancel. A cancel whose answer is lost or a 5xx is sent again: cancelling is idempotent.
+cancel. A cancel whose answer is lost or a 5xx is sent again: cancelling is idempotent. A share of the keyed
+tasks is sent in batches (``POST /api/v1/tasks/batch``, each item with its own key), so the workers run batch
+deliveries (several tasks per RQ job) under the same faults; a batch whose answer is lost or a 5xx is sent
+again whole, and an item refused for now (a 5xx, or its key still in use by a duplicate's request) goes again
+on its own, with its key.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import random
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import requests
@@ -30,6 +34,11 @@ DUPLICATE_CLIENTS = 3
 DEADLINE_SHARE = 0.08
 DEADLINE_RANGE = (0.3, 3.0)  # seconds: short enough that many pass before the last step
 BROKE_SHARE = 0.05  # tasks of users the platform answers 402
+# Batches: this share of the keyed tasks is batched; a batch holds the batched tasks planned within
+# BATCH_WINDOW seconds of its first (sent at the first's time), BATCH_MAX_ITEMS at most.
+BATCH_SHARE = 0.2
+BATCH_WINDOW = 2.0
+BATCH_MAX_ITEMS = 8
 # A keyed request whose answer is lost or a 5xx is sent again with the same key, this many times in all.
 MAX_SENDS = 8
 CLIENT_TIMEOUT = 30.0
@@ -50,6 +59,9 @@ REPEAT_DELAY_RANGE = (0.0, 0.5)
 # How often a cancelling client looks at its task, and for how long at most, per mode.
 POLL_SECONDS = {"running": 0.05, "retrying": 0.1, "finished": 0.25}
 WATCH_SECONDS = {"running": 10.0, "retrying": 10.0, "finished": 30.0}
+# A submission planned to meet the pause is this far inside it: the pause's own call and the submission's
+# round trip both take time, and a fault may slow either.
+PAUSE_MARGIN = 1.5
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,7 @@ class PlannedTask:
     deadline_seconds: float | None
     pipeline: str = PLATFORM_PIPELINE
     cancel: PlannedCancel | None = None
+    batch: int | None = None  # the batch its first client sends it in (the index of the batch's first task)
 
     def body(self) -> dict:
         body: dict = {"pipeline": self.pipeline, "input": {"user_id": self.user_id, "topic": self.topic}}
@@ -79,13 +92,28 @@ class PlannedTask:
 
 
 def plan(
-    *, seed: int, tasks: int, window: float, with_402: bool, limited_share: float = 0.0, cancel_share: float = 0.0
+    *,
+    seed: int,
+    tasks: int,
+    window: float,
+    with_402: bool,
+    limited_share: float = 0.0,
+    cancel_share: float = 0.0,
+    batch_share: float = 0.0,
+    paused: tuple[float, float] | None = None,
 ) -> tuple[list[PlannedTask], list[str]]:
     """The submissions, in time order, and the users the platform must refuse.
 
     ``limited_share`` of the tasks go to the limited pipeline, ``cancel_share`` are cancelled by their
-    client. Both come from a generator of their own, drawn the same for every share, so a seed's
-    submissions stay what they were without them and a share changes nothing but itself.
+    client, ``batch_share`` of the keyed ones are sent in batches. These come from generators of their own,
+    drawn the same for every share, so a seed's submissions stay what they were without them and a share
+    changes nothing but itself.
+
+    ``paused`` (seconds after the start: when the limited pipeline's pause begins and ends) makes sure a
+    cancel meets a task before its first step: workers that drain the queue as fast as it fills start most
+    tasks before an answer reaches their client, so an "at once" cancel alone may find none queued. The
+    first submission well inside the pause (PAUSE_MARGIN from either end) goes to the limited pipeline and
+    is cancelled at once, while the pause holds it.
     """
     rng = random.Random(f"workload-{seed}")
     live = random.Random(f"live-control-{seed}")
@@ -115,7 +143,29 @@ def plan(
                 cancel=cancel if live.random() < cancel_share else None,
             )
         )
+    planned = _batched(planned, random.Random(f"batches-{seed}"), batch_share)
+    if paused is not None and limited_share > 0 and cancel_share > 0:
+        start, end = paused[0] + PAUSE_MARGIN, paused[1] - PAUSE_MARGIN
+        held = next((n for n, task in enumerate(planned) if start <= task.at <= end), None)
+        if held is not None:
+            at_once = PlannedCancel(mode="at_once", delay=0.0, repeat_after=None)
+            planned[held] = replace(planned[held], pipeline=LIMITED_PIPELINE, cancel=at_once, batch=None)
     return planned, broke_users
+
+
+def _batched(planned: list[PlannedTask], rng: random.Random, share: float) -> list[PlannedTask]:
+    """``planned`` with a ``share`` of its keyed tasks grouped into batches (a keyless one could not be resent)."""
+    marked = [rng.random() < share for _ in planned]  # one draw per task, whatever the share: see plan()
+    batched, first, size = [], None, 0
+    for task, chosen in zip(planned, marked, strict=True):
+        if not chosen or task.idempotency_key is None:
+            batched.append(task)
+            continue
+        if first is None or task.at - first.at > BATCH_WINDOW or size >= BATCH_MAX_ITEMS:
+            first, size = task, 0
+        size += 1
+        batched.append(replace(task, batch=first.index))
+    return batched
 
 
 def _planned_cancel(rng: random.Random) -> PlannedCancel:
@@ -139,11 +189,19 @@ class Submitter:
 
     def run(self, planned: list[PlannedTask], started: float, stop: threading.Event) -> None:
         futures = []
+        batches: dict[int, list[PlannedTask]] = {}
+        for task in planned:
+            if task.batch is not None:
+                batches.setdefault(task.batch, []).append(task)
         for task in planned:
             delay = started + task.at - time.monotonic()
             if delay > 0 and stop.wait(delay):
                 break
-            for client in range(task.clients):
+            # A batched task's first client sends it with its batch, when the batch's first task is due.
+            group = batches.pop(task.batch, None) if task.batch is not None else None
+            if group is not None:
+                futures.append(self._pool.submit(self._send_batch, group))
+            for client in range(1 if task.batch is not None else 0, task.clients):
                 futures.append(self._pool.submit(self._send, task, client))
         for future in futures:
             future.result()
@@ -152,9 +210,38 @@ class Submitter:
     def _session(self) -> requests.Session:
         return _thread_session(self._local, self.token)
 
-    def _send(self, task: PlannedTask, client: int) -> None:
+    def _send_batch(self, group: list[PlannedTask]) -> None:
+        """One batch of the group's tasks, for their first client; an item refused for now goes again alone."""
+        items = [{**task.body(), "idempotency_key": task.idempotency_key} for task in group]
+        response, status, error = _post_until(
+            self._session(),
+            self.url + "/batch",
+            sends=MAX_SENDS,
+            accepted={200},
+            resend=lambda status: status >= 500,
+            json={"items": items},
+        )
+        answers = response.json()["items"] if status == 200 else [None] * len(group)
+        for task, answer in zip(group, answers, strict=True):
+            if answer is None or answer["status"] >= 500 or answer["status"] == 409:
+                # Lost with the batch, or refused for now (its key is in a duplicate's request still running).
+                self._send(task, 0, batch=group[0].index, sends=MAX_SENDS - 1)
+                continue
+            accepted = answer["status"] in ACCEPTED_STATUSES
+            error = "" if accepted else str(answer["error"])[:200]
+            self._record(
+                task,
+                0,
+                answer["status"],
+                answer["task"]["id"] if accepted else None,
+                answer["replayed"],
+                error,
+                batch=group[0].index,
+            )
+
+    def _send(self, task: PlannedTask, client: int, *, batch: int | None = None, sends: int = MAX_SENDS) -> None:
         headers = {"Idempotency-Key": task.idempotency_key} if task.idempotency_key else {}
-        sends = MAX_SENDS if task.idempotency_key else 1
+        sends = sends if task.idempotency_key else 1
         task_id, replayed = None, False
         # A 409 (the first request with this key still running) and a 5xx go again, with the same key.
         response, status, error = _post_until(
@@ -169,6 +256,11 @@ class Submitter:
         if status in ACCEPTED_STATUSES:
             task_id = response.json()["id"]
             replayed = response.headers.get("Idempotent-Replayed") == "true"
+        self._record(task, client, status, task_id, replayed, error, batch=batch)
+
+    def _record(
+        self, task: PlannedTask, client: int, status: int, task_id, replayed: bool, error: str, *, batch: int | None
+    ) -> None:
         with self._lock:
             self.records.append(
                 {
@@ -179,6 +271,7 @@ class Submitter:
                     "task_id": task_id,
                     "replayed": replayed,
                     "error": error,
+                    "batch": batch,  # the batch it was first sent in (its first task's index), or None
                 }
             )
         # The first client of a task cancels it (the others of a duplicate submission only submit).

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 
 from django.db import connection, models
-from django.db.models import Count, Max, Min, QuerySet
+from django.db.models import Count, Max, Min
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 from django.utils.html import avoid_wrapping
@@ -98,7 +98,15 @@ class TaskStateCounts:
 def task_state_counts(*, now: dt.datetime) -> TaskStateCounts:
     """Tasks created in the last 24 hours, per current state."""
     since = now - RECENT_WINDOW
-    found = dict(Task.objects.filter(created_at__gte=since).order_by().values_list("state").annotate(count=Count("pk")))
+    found = dict(
+        # Every state named (they are all there are): the window is then read as one range of
+        # task_state_created_idx (state, created_at) per state from the index alone, instead of a
+        # day of rows fetched from the table through task_created_idx for their state.
+        Task.objects.filter(state__in=TaskState.values, created_at__gte=since)
+        .order_by()
+        .values_list("state")
+        .annotate(count=Count("*"))
+    )
     counts = [StateCount(state=state.value, label=state.label, count=found.get(state.value, 0)) for state in TaskState]
     return TaskStateCounts(since=since, counts=counts)
 
@@ -202,30 +210,45 @@ class HourlyGrowth:
         return sum(self.resolved)
 
 
-def _count_per_hour(queryset: QuerySet, field: str) -> dict[dt.datetime, int]:
-    # Buckets are UTC hours whatever the active time zone: a zone with a
-    # half-hour offset or a DST change would otherwise make buckets that do
-    # not line up with the ones the caller lays out.
-    return dict(
-        queryset.annotate(hour=TruncHour(field, tzinfo=dt.UTC))
+def _count_per_hour(model: type[models.Model], field: str, hours: list[dt.datetime]) -> list[int]:
+    """Rows of ``model`` whose ``field`` falls in each UTC hour starting at ``hours`` (ascending), in that order."""
+    if connection.vendor == "postgresql":
+        # One index range count per hour, on the field's index alone. Grouping the week's rows
+        # instead (date_trunc of each, then a hash of them) cost 2.5 times as much: 44 against
+        # 17 ms for the 236,000 items created in a week at 1,000,000 items (docs/performance.md).
+        quote = connection.ops.quote_name
+        table, column = quote(model._meta.db_table), quote(model._meta.get_field(field).column)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT (SELECT COUNT(*) FROM {table}"
+                f" WHERE {column} >= bucket.start AND {column} < bucket.start + interval '1 hour')"
+                " FROM unnest(%s::timestamptz[]) WITH ORDINALITY AS bucket(start, position)"
+                " ORDER BY bucket.position",
+                [hours],
+            )
+            return [row[0] for row in cursor.fetchall()]
+    # Buckets are UTC hours whatever the active time zone: a zone with a half-hour offset or a
+    # DST change would otherwise make buckets that do not line up with the ones laid out.
+    window = {f"{field}__gte": hours[0], f"{field}__lt": hours[-1] + dt.timedelta(hours=1)}
+    found = dict(
+        model.objects.filter(**window)
+        .annotate(hour=TruncHour(field, tzinfo=dt.UTC))
         .order_by()
         .values_list("hour")
         .annotate(count=Count("*"))  # COUNT(*) allows index-only scans
     )
+    return [found.get(hour, 0) for hour in hours]
 
 
 def dlq_hourly_growth(*, now: dt.datetime, hours: int = GROWTH_HOURS) -> HourlyGrowth:
     """DLQ items created and resolved per hour over the last ``hours`` hours, the current hour included."""
     current_hour = now.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
     start = current_hour - dt.timedelta(hours=hours - 1)
-    end = current_hour + dt.timedelta(hours=1)
     buckets = [start + dt.timedelta(hours=offset) for offset in range(hours)]
-    created = _count_per_hour(DLQItem.objects.filter(created_at__gte=start, created_at__lt=end), "created_at")
-    resolved = _count_per_hour(DLQItem.objects.filter(resolved_at__gte=start, resolved_at__lt=end), "resolved_at")
     return HourlyGrowth(
         hours=buckets,
-        created=[created.get(hour, 0) for hour in buckets],
-        resolved=[resolved.get(hour, 0) for hour in buckets],
+        created=_count_per_hour(DLQItem, "created_at", buckets),
+        resolved=_count_per_hour(DLQItem, "resolved_at", buckets),
     )
 
 

@@ -28,6 +28,7 @@ STATE_COLOURS = {
     TaskState.QUEUED: "#64748b",
     TaskState.RUNNING: "#2563eb",
     TaskState.RETRY_SCHEDULED: "#b45309",
+    TaskState.WAITING: "#0369a1",
     TaskState.SUCCEEDED: "#15803d",
     TaskState.FAILED: "#b91c1c",
     TaskState.COMPENSATING: "#7c3aed",
@@ -42,6 +43,7 @@ POSITIONS = {
     TaskState.RUNNING: (400, 50),
     TaskState.SUCCEEDED: (720, 50),
     TaskState.RETRY_SCHEDULED: (250, 160),
+    TaskState.WAITING: (250, 330),
     TaskState.FAILED: (400, 270),
     TaskState.COMPENSATING: (640, 270),
     TaskState.COMPENSATED: (860, 210),
@@ -78,8 +80,12 @@ ROUTES = {
         "start",
     ),
     (TaskState.FAILED, TaskState.COMPENSATING): Route(
-        (_("pipeline policy"), _("or operator")), "M482,270 H556", (519, 300)
+        (_("pipeline policy"), _("or operator")), "M482,270 H556", (519, 250)
     ),
+    # A task submitted to start later waits without a job; the sweeper wakes it at its time.
+    (TaskState.WAITING, TaskState.QUEUED): Route((_("its time came"),), "M168,330 H40 V68", (46, 318), "start"),
+    (TaskState.WAITING, TaskState.CANCELLED): Route((_("cancel"),), "M332,322 H540 V170 H556", (436, 316)),
+    (TaskState.WAITING, TaskState.COMPENSATING): Route((), "M332,340 H640 V290", (0, 0)),
     (TaskState.COMPENSATING, TaskState.COMPENSATED): Route((), "M722,262 L776,222", (0, 0)),
     (TaskState.COMPENSATING, TaskState.COMPENSATION_FAILED): Route((), "M722,278 L776,318", (0, 0)),
     # An operator's retries from the DLQ share one line into QUEUED.

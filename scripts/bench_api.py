@@ -18,7 +18,9 @@ until the last one finished. Only 2xx answers count (for ``replay``, only replay
 tasks); anything else is an error, reported, and more than a few fail the part. No worker runs: the submitted
 tasks stay queued, so the figures are the API's alone. Clients and server share the machine's cores.
 
-It is a benchmark, not a test: there is no floor. ``run(...)`` does the work and returns the results;
+It is a benchmark, not a test: nothing is asserted, but the part prints its floors beside the figures (with
+idempotency keys, the ``unique key`` variant: at least FLOOR_REQUESTS_PER_SECOND and a p99 under FLOOR_P99_MS
+on the reference machine, 2 cores). ``run(...)`` does the work and returns the results;
 ``PART.main()`` is the command line.
 """
 
@@ -66,6 +68,9 @@ CLIENT_TIMEOUT_SECONDS = 1800
 ALLOWED_ERRORS = 5
 ALLOWED_ERROR_SHARE = 0.001
 ERROR_SAMPLES = 3
+# The floors for submissions with idempotency keys (the unique key variant), on 2 cores.
+FLOOR_REQUESTS_PER_SECOND = 300
+FLOOR_P99_MS = 50
 
 
 OPTIONS = (
@@ -317,7 +322,7 @@ def run(
     results = {
         "variants": measured,
         "figures": figures,
-        "floors": [],
+        "floors": _floors(measured),
         "requests": requests,
         "warmup": warmup,
         "clients": clients,
@@ -328,6 +333,28 @@ def run(
     }
     write_results(output, results)
     return results
+
+
+def _floors(measured: list[dict]) -> list[dict]:
+    """The API's floors, read on the variant with idempotency keys (when it was timed)."""
+    keyed = next((result for result in measured if result["variant"] == "unique_key"), None)
+    if keyed is None:
+        return []
+    rate, p99 = keyed["requests_per_second"], keyed["p99_ms"]
+    return [
+        {
+            "name": f"API with idempotency keys: >= {FLOOR_REQUESTS_PER_SECOND} req/s",
+            "value": rate,
+            "floor": FLOOR_REQUESTS_PER_SECOND,
+            "holds": rate >= FLOOR_REQUESTS_PER_SECOND,
+        },
+        {
+            "name": f"API with idempotency keys: p99 < {FLOOR_P99_MS} ms",
+            "value": p99,
+            "floor": FLOOR_P99_MS,
+            "holds": p99 < FLOOR_P99_MS,
+        },
+    ]
 
 
 def format_table(results: dict) -> str:
@@ -347,6 +374,9 @@ def format_table(results: dict) -> str:
             f"{result['tasks_created']:>14,}"
         )
     lines.append("no worker runs: the tasks stay queued; replay repeats the unique-key requests (keys and bodies)")
+    for floor in results["floors"]:
+        verdict = "holds" if floor["holds"] else "DOES NOT HOLD"
+        lines.append(f"floor: {floor['name']}: {floor['value']:,.1f} ({verdict})")
     return "\n".join(lines)
 
 

@@ -9,9 +9,17 @@ request, then ``--requests`` more; it reports the median and the 95th
 percentile. It also renders each page once in-process to count its SQL
 statements and name the slowest.
 
-It is a benchmark, not a test: a slow page is a figure in the table, and the
-exit status is non-zero only when something crashed (or a page answered
-with an error). Results go to ``var/bench/console.json``.
+Seeding takes minutes; to time the pages again without it, pass ``--keep``
+every time: a run with ``--keep`` finds the database it kept, and when it
+holds exactly ``--tasks`` tasks and ``--dlq-items`` items it only migrates
+it (so a new index is built on the seeded rows) and times the pages again;
+otherwise it seeds afresh. Without ``--keep`` the database is recreated and
+dropped at the end.
+
+Each page's floor is a median under ``TARGET_MS``. It is a benchmark, not a
+test: a slow page is a figure in the table, and the exit status is non-zero
+only when something crashed (or a page answered with an error). Results go
+to ``var/bench/console.json``.
 
 ``run(...)`` does the work and returns the results, for a wider benchmark to
 call; ``PART.main()`` is the command line.
@@ -51,11 +59,16 @@ DEFAULT_OUTPUT = BENCH_DIR / "console.json"
 # Database 15 of the local Redis: the dashboard reads queue lengths from it, and nothing else uses it.
 CONSOLE_REDIS_URL = "redis://127.0.0.1:6379/15"
 BENCH_USERNAME = "bench-admin"
-TARGET_MS = 1000
+# The floor of every page: its median, server-side, at 5 M tasks and 1 M dead letters.
+TARGET_MS = 200
 # Generous: a page slower than a minute is a result to report, not a reason for gunicorn to kill its worker.
 WORKER_TIMEOUT_SECONDS = 300
 REQUEST_TIMEOUT_SECONDS = 300
 SLOWEST_QUERY_CHARACTERS = 1000
+# Tables whose visibility map the results report: the pages' index-only scans skip the table only on
+# pages marked all-visible. One seed's VACUUM left 80 % of the DLQ's pages unmarked (most likely held back
+# by another session's snapshot), and the filtered DLQ list took 533 ms instead of 145 ms.
+VISIBILITY_TABLES = ("tasks_task", "dlq_dlqitem")
 
 
 OPTIONS = (
@@ -79,7 +92,7 @@ class PageResult:
     path: str
     median_ms: float
     p95_ms: float
-    under_1s: bool
+    under_target: bool  # median < TARGET_MS
     samples_ms: list[float] = field(default_factory=list)
     queries: int | None = None
     slowest_query_ms: float | None = None
@@ -95,6 +108,16 @@ def _seeded_counts(url: str) -> tuple[int, int] | None:
 
 def _database_exists(server_url: str, name: str) -> bool:
     return bool(scalar(database_url(server_url, "postgres"), "SELECT 1 FROM pg_database WHERE datname = %s", [name]))
+
+
+def _all_visible_shares(url: str) -> dict[str, float]:
+    """Per table, the share of its pages marked all-visible (as the last VACUUM or ANALYZE counted them)."""
+    return scalar(
+        url,
+        "SELECT json_object_agg(relname, round((relallvisible::numeric / greatest(relpages, 1)), 3))"
+        " FROM pg_class WHERE relname = ANY(%s)",
+        [list(VISIBILITY_TABLES)],
+    )
 
 
 def _percentile(samples: list[float], fraction: float) -> float:
@@ -234,6 +257,7 @@ def run(
         started = time.monotonic()
         manage(env, "seed_scale_data", "--tasks", str(tasks), "--dlq-items", str(dlq_items), stream=True)
         seed_seconds = round(time.monotonic() - started, 1)
+    all_visible = _all_visible_shares(url)
     password = manage(env, "bootstrap_admin", "--username", BENCH_USERNAME).rsplit("password: ", 1)[-1].strip()
 
     port = free_port()
@@ -252,7 +276,7 @@ def run(
                     path=path,
                     median_ms=median,
                     p95_ms=round(_percentile(samples, 0.95), 1),
-                    under_1s=median < TARGET_MS,
+                    under_target=median < TARGET_MS,
                     samples_ms=samples,
                 )
             )
@@ -287,6 +311,7 @@ def run(
             "cpus": os.cpu_count(),
             "postgresql": scalar(url, "SHOW server_version"),
             "python": sys.version.split()[0],
+            "all_visible_pages": all_visible,
         },
     }
     write_results(output, results)
@@ -313,7 +338,8 @@ def _summary(pages: list[PageResult]) -> tuple[dict, list[dict]]:
 
 
 def format_table(results: dict) -> str:
-    header = f"{'page':<22} {'median ms':>10} {'p95 ms':>8}  {'< 1 s':<5} {'SQL':>4} {'slowest SQL ms':>15}"
+    target = f"< {TARGET_MS} ms"
+    header = f"{'page':<22} {'median ms':>10} {'p95 ms':>8}  {target:<8} {'SQL':>4} {'slowest SQL ms':>15}"
     lines = [
         f"Console pages, {results['tasks']:,} tasks and {results['dlq_items']:,} DLQ items, "
         f"{results['requests_per_page']} requests each after one warm-up:",
@@ -324,8 +350,12 @@ def format_table(results: dict) -> str:
         slowest = "" if page["slowest_query_ms"] is None else f"{page['slowest_query_ms']:.0f}"
         lines.append(
             f"{page['name']:<22} {page['median_ms']:>10.0f} {page['p95_ms']:>8.0f}  "
-            f"{'yes' if page['under_1s'] else 'NO':<5} {page['queries'] or '':>4} {slowest:>15}"
+            f"{'yes' if page['under_target'] else 'NO':<8} {page['queries'] or '':>4} {slowest:>15}"
         )
+    all_visible = results.get("environment", {}).get("all_visible_pages") or {}
+    if all_visible:
+        shares = ", ".join(f"{table} {share:.0%}" for table, share in sorted(all_visible.items()))
+        lines.append(f"pages all-visible (index-only scans skip the table there): {shares}")
     if results.get("seed_seconds") is not None:
         lines.append(f"seeding took {results['seed_seconds']:.0f} s")
     return "\n".join(lines)

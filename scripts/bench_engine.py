@@ -5,7 +5,9 @@ Baselines, on the same Redis and PostgreSQL as the engine:
 - bare RQ: no-op jobs (a module-level function of this file, JSON serializer) drained by the default
   forking ``rq.Worker`` and by ``rq.SimpleWorker``, with 1 and 2 worker processes (jobs/s);
 - raw psycopg2: a loop committing one small row per transaction into a scratch table of a dedicated
-  database, with 1 and 2 client processes (rows/s).
+  database, with 1 and 2 client processes (rows/s);
+- Procrastinate: no-op jobs drained by 1 and 2 ``procrastinate worker`` processes (one job at a time each), from
+  a venv of its own (scripts/bench_procrastinate.py).
 
 The engine, with ``RELIABILITY_ENABLE_BENCH_PIPELINES=1`` against a dedicated, migrated database:
 ``bench_noop_1`` tasks/s and ``bench_noop_10`` steps/s, with 1 and 2 ``manage.py rqworker`` processes.
@@ -59,6 +61,7 @@ from bench_processes import (
     submit_tasks,
     wait_registered,
 )
+from bench_procrastinate import bench_procrastinate
 
 from chaos.topology import PgBouncer  # bench_processes put the repository root on sys.path
 
@@ -81,8 +84,10 @@ OPTIONS = (
         default=3,
         help="rounds of 10-step runs direct (prepared, plain) and through PgBouncer",
     ),
+    Option("procrastinate_jobs", type=positive_int, default=2000, help="no-op jobs per Procrastinate run"),
     Option("database", default="rc_bench_engine", help="the engine's bench database"),
     Option("raw_database", default="rc_bench_raw", help="the raw commits' database"),
+    Option("procrastinate_database", default="rc_bench_procrastinate", help="Procrastinate's database"),
     REDIS_URL_OPTION,
 )
 
@@ -94,10 +99,19 @@ def noop() -> None:
 # --- Redis and worker processes -----------------------------------------------------------------------------
 
 
-def _drain(connection, queue: str, count: int, start: Callable[[], ManagedProcesses], done: Callable[[], int]) -> float:
-    """Hold the queue's ``count`` jobs, ``start()`` the workers, release: seconds until ``done()`` reaches ``count``."""
+def _drain(
+    connection,
+    queue: str,
+    count: int,
+    start: Callable[[], ManagedProcesses],
+    done: Callable[[], int],
+    *,
+    jobs: int | None = None,
+) -> float:
+    """Hold the queue's jobs (``jobs``, by default ``count``), ``start()`` the workers, release: seconds until
+    ``done()`` reaches ``count``."""
     hold = QueueHold(connection, queue)
-    hold.hold(count)
+    hold.hold(count if jobs is None else jobs)
     workers = start()
     try:
         wait_registered(connection, queue, len(workers.processes), workers)
@@ -215,9 +229,20 @@ def bench_raw_commits(url: str, processes: int, rows: int) -> float:
 
 
 def bench_engine(
-    url: str, redis_url: str, pipeline: str, processes: int, tasks: int, log_dir: Path, **settings: str
+    url: str,
+    redis_url: str,
+    pipeline: str,
+    processes: int,
+    tasks: int,
+    log_dir: Path,
+    *,
+    in_batches: bool = False,
+    **settings: str,
 ) -> float:
-    """Tasks/s of ``pipeline`` run by ``processes`` ``manage.py rqworker`` processes with ``settings`` in their env."""
+    """Tasks/s of ``pipeline`` run by ``processes`` ``manage.py rqworker`` processes with ``settings`` in their env.
+
+    ``in_batches``: the tasks are submitted with ``task_submit_many`` (delivered several per RQ job).
+    """
     env = project_env(url, redis_url, **settings)
     connection = redis_connection(redis_url)
     connection.flushdb()
@@ -228,7 +253,7 @@ def bench_engine(
             with database.cursor() as cursor:
                 cursor.execute("SELECT now()")
                 (since,) = cursor.fetchone()
-                submit_tasks(env, pipeline, tasks, batch)
+                submit_tasks(env, pipeline, tasks, batch, in_batches=in_batches)
                 log_path = log_dir / "engine-workers.log"
                 seconds = _drain(
                     connection,
@@ -236,6 +261,8 @@ def bench_engine(
                     tasks,
                     lambda: ManagedProcesses(WORKER_ARGV, processes, env, log_path),
                     lambda: count_succeeded(cursor, pipeline, batch, since),
+                    # A batch's tasks share jobs.
+                    jobs=connection.llen(f"rq:queue:{ENGINE_QUEUE}"),
                 )
         finally:
             database.close()
@@ -271,8 +298,23 @@ def bench_connections(url: str, redis_url: str, tasks: int, rounds: int, log_dir
 
 # --- The whole part ----------------------------------------------------------------------------------------------
 
-FLOOR_ONE_STEP = "engine: 1-step tasks/s, 2 workers >= bare RQ forking worker jobs/s, 2 workers"
-FLOOR_TEN_STEPS = "engine: 10-step steps/s, 2 workers >= 25% of raw commits/s, 2 clients"
+# (name, figure, baseline figure, share of the baseline the figure must reach): all with 2 processes.
+FLOORS = (
+    ("engine: 10-step steps/s >= 50% of raw commits/s", "engine_10step_2w", "raw_commits_2c", 0.50),
+    ("engine: 1-step tasks/s >= 85% of bare RQ SimpleWorker jobs/s", "engine_1step_2w", "rq_simple_2w", 0.85),
+    (
+        "engine: batch-submitted 1-step tasks/s >= Procrastinate jobs/s",
+        "engine_1step_batch_2w",
+        "procrastinate_2w",
+        1.0,
+    ),
+    (
+        "engine: 10-step steps/s through PgBouncer >= 85% of direct",
+        "engine_10step_2w_pgbouncer",
+        "engine_10step_2w_prepared",
+        0.85,
+    ),
+)
 
 
 def run(
@@ -283,9 +325,11 @@ def run(
     ten_step_tasks: int = 300,
     raw_rows: int = 3000,
     connection_rounds: int = 3,
+    procrastinate_jobs: int = 2000,
     worker_counts: tuple[int, ...] = (1, 2),
     database: str = "rc_bench_engine",
     raw_database: str = "rc_bench_raw",
+    procrastinate_database: str = "rc_bench_procrastinate",
     keep: bool = False,
     server_url: str = DEFAULT_SERVER_URL,
     redis_url: str = DEFAULT_REDIS_URL,
@@ -293,7 +337,7 @@ def run(
     progress: Callable[[str], None] = print,
 ) -> dict:
     """Measure the baselines and the engine; write ``output``; return ``{"rows", "figures", "floors", ...}``."""
-    for name in (database, raw_database):
+    for name in (database, raw_database, procrastinate_database):
         check_database_name(name)
     if 2 not in worker_counts:
         raise BenchError("the floors compare 2-worker figures: worker counts must include 2")
@@ -321,9 +365,17 @@ def run(
             figure(f"rq_forking_{count}w", bench_rq(redis_url, "rq.worker.Worker", count, fork_jobs, log_dir), "jobs/s")
             figure(f"rq_simple_{count}w", bench_rq(redis_url, "rq.worker.SimpleWorker", count, jobs, log_dir), "jobs/s")
             figure(f"raw_commits_{count}c", bench_raw_commits(raw_url, count, raw_rows), "rows/s")
+            jobs_per_second = bench_procrastinate(
+                server_url, procrastinate_database, count, procrastinate_jobs, log_dir, progress
+            )
+            figure(f"procrastinate_{count}w", jobs_per_second, "jobs/s")
         for count in worker_counts:
             tasks_per_second = bench_engine(engine_url, redis_url, "bench_noop_1", count, one_step_tasks, log_dir)
             figure(f"engine_1step_{count}w", tasks_per_second, "tasks/s")
+            tasks_per_second = bench_engine(
+                engine_url, redis_url, "bench_noop_1", count, one_step_tasks, log_dir, in_batches=True
+            )
+            figure(f"engine_1step_batch_{count}w", tasks_per_second, "tasks/s")
             tasks_per_second = bench_engine(engine_url, redis_url, "bench_noop_10", count, ten_step_tasks, log_dir)
             figure(f"engine_10step_{count}w", tasks_per_second * 10, "steps/s")
         progress(f"bench: reaching the database directly and through PgBouncer, {connection_rounds} rounds")
@@ -333,10 +385,21 @@ def run(
         if not keep:
             drop_database(server_url, database)
             drop_database(server_url, raw_database)
+            drop_database(server_url, procrastinate_database)
 
     rows = []
     for count in worker_counts:
-        rows.append(_row(figures, f"engine_1step_{count}w", f"rq_forking_{count}w", f"1-step tasks, {count} worker(s)"))
+        label = f"1-step tasks, {count} worker(s)"
+        for baseline in (f"rq_simple_{count}w", f"procrastinate_{count}w", f"rq_forking_{count}w"):
+            rows.append(_row(figures, f"engine_1step_{count}w", baseline, label))
+        rows.append(
+            _row(
+                figures,
+                f"engine_1step_batch_{count}w",
+                f"procrastinate_{count}w",
+                f"1-step, batch-submitted, {count} w.",
+            )
+        )
         rows.append(
             _row(figures, f"engine_10step_{count}w", f"raw_commits_{count}c", f"10-step steps, {count} worker(s)")
         )
@@ -345,12 +408,11 @@ def run(
         ("engine_10step_2w_pgbouncer", "10-step, through PgBouncer"),
     ):
         rows.append(_row(figures, name, "engine_10step_2w_prepared", label))
-    one_step, forking = figures["engine_1step_2w"]["value"], figures["rq_forking_2w"]["value"]
-    ten_steps, raw = figures["engine_10step_2w"]["value"], figures["raw_commits_2c"]["value"]
-    floors = [
-        {"name": FLOOR_ONE_STEP, "value": one_step, "floor": forking, "holds": one_step >= forking},
-        {"name": FLOOR_TEN_STEPS, "value": ten_steps, "floor": round(raw * 0.25, 1), "holds": ten_steps >= raw * 0.25},
-    ]
+    floors = []
+    for name, value_name, baseline_name, share in FLOORS:
+        value, baseline = figures[value_name]["value"], figures[baseline_name]["value"]
+        floor = round(baseline * share, 1)
+        floors.append({"name": name, "value": value, "floor": floor, "holds": value >= floor})
     results = {
         "figures": {f"engine.{name}": value for name, value in figures.items()},
         "rows": rows,
@@ -362,6 +424,7 @@ def run(
             "ten_step_tasks": ten_step_tasks,
             "raw_rows": raw_rows,
             "connection_rounds": connection_rounds,
+            "procrastinate_jobs": procrastinate_jobs,
         },
         "seconds": round(time.monotonic() - started, 1),
         "environment": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},

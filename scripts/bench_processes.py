@@ -209,9 +209,14 @@ class QueueHold:
         self.connection.rename(self.held, self.key)
 
 
-def submit_tasks(env: dict, pipeline: str, count: int, batch: str) -> None:
-    """Submit ``count`` tasks of ``pipeline`` with input ``{"batch": batch, "n": index}``, in a child process."""
-    run_command([sys.executable, __file__, "--submit", pipeline, str(count), batch], env, f"submitting {pipeline}")
+def submit_tasks(env: dict, pipeline: str, count: int, batch: str, *, in_batches: bool = False) -> None:
+    """Submit ``count`` tasks of ``pipeline`` with input ``{"batch": batch, "n": index}``, in a child process.
+
+    ``in_batches``: through ``task_submit_many``, 1,000 per call (delivered several per job), instead of one
+    ``task_submit`` each.
+    """
+    mode = "--submit-batches" if in_batches else "--submit"
+    run_command([sys.executable, __file__, mode, pipeline, str(count), batch], env, f"submitting {pipeline}")
 
 
 def count_succeeded(cursor, pipeline: str, batch: str, since=None) -> int:
@@ -234,21 +239,31 @@ def count_succeeded(cursor, pipeline: str, batch: str, since=None) -> int:
     return done
 
 
-def submit_child(pipeline: str, count: int, batch: str) -> None:
-    """Child mode: submit ``count`` tasks of ``pipeline`` (each delivered to Redis after its commit)."""
+def submit_child(pipeline: str, count: int, batch: str, *, in_batches: bool = False) -> None:
+    """Child mode: submit ``count`` tasks of ``pipeline`` (delivered to Redis after their commit)."""
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reliability_console.settings")
     import django
 
     django.setup()
-    from tasks.submission import task_submit
+    from tasks import task_submit, task_submit_many
 
-    for index in range(count):
-        task_submit(pipeline=pipeline, input={"batch": batch, "n": index})
+    if in_batches:
+        for first in range(0, count, 1000):
+            items = [
+                {"pipeline": pipeline, "input": {"batch": batch, "n": n}}
+                for n in range(first, min(count, first + 1000))
+            ]
+            refused = [outcome for outcome in task_submit_many(items) if outcome.error is not None]
+            if refused:
+                sys.exit(f"{len(refused)} items refused: {refused[0].error}")
+    else:
+        for index in range(count):
+            task_submit(pipeline=pipeline, input={"batch": batch, "n": index})
     print(json.dumps({"submitted": count}))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 5 or sys.argv[1] != "--submit":
-        sys.exit("usage: bench_processes.py --submit PIPELINE COUNT BATCH")
-    submit_child(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    if len(sys.argv) != 5 or sys.argv[1] not in ("--submit", "--submit-batches"):
+        sys.exit("usage: bench_processes.py --submit|--submit-batches PIPELINE COUNT BATCH")
+    submit_child(sys.argv[2], int(sys.argv[3]), sys.argv[4], in_batches=sys.argv[1] == "--submit-batches")

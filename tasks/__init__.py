@@ -22,6 +22,9 @@ _PUBLIC = {
     "RetryPolicy": "tasks.retry",
     "StepContext": "tasks.context",
     "task_submit": "tasks.submission",
+    "task_submit_many": "tasks.batches",
+    "BatchItem": "tasks.batches",
+    "BatchOutcome": "tasks.batches",
     "task_cancel": "tasks.lifecycle.cancellation",
     "ReliabilityError": "tasks.exceptions",
     "TransientError": "tasks.exceptions",
@@ -36,6 +39,7 @@ _PUBLIC = {
     "IdempotencyKeyInUse": "tasks.exceptions",
     "TaskNotCancellable": "tasks.exceptions",
     "TaskNotActionable": "tasks.exceptions",
+    "BatchRefused": "tasks.exceptions",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -51,9 +51,13 @@ class AttemptRecord:
 
     def row(self, task: Task) -> StepAttempt:
         """The attempt's row, its error message and traceback redacted (``tasks.redaction``)."""
+        return StepAttempt(**self.values(task))
+
+    def values(self, task: Task) -> dict[str, Any]:
+        """The attempt row's field values (``row`` without a model instance: a step's write needs only these)."""
         error = self.error
         redactor = task_redactor(task)
-        return StepAttempt(
+        return dict(
             task_id=task.pk,
             kind=self.kind,
             generation=task.generation,

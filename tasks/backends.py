@@ -75,6 +75,7 @@ DEFAULT_OPTIONS: dict[str, float | int | None] = {
 STATUS_OF_STATE = {
     TaskState.QUEUED: TaskResultStatus.READY,
     TaskState.RETRY_SCHEDULED: TaskResultStatus.READY,
+    TaskState.WAITING: TaskResultStatus.READY,
     TaskState.RUNNING: TaskResultStatus.RUNNING,
     TaskState.COMPENSATING: TaskResultStatus.RUNNING,
     TaskState.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
@@ -120,7 +121,7 @@ class ReliabilityBackend(BaseTaskBackend):
                 "run_after": task.run_after.isoformat() if task.run_after else None,
             },
             deadline=start + timedelta(seconds=deadline) if deadline else None,
-            start_at=task.run_after,
+            run_at=task.run_after,
         )
         row = submission.created
         result = TaskResult(

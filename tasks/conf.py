@@ -106,6 +106,16 @@ ENGINE_SETTINGS: dict[str, Setting] = {
         IDEMPOTENCY_WAIT_SECONDS=(5, "how long a duplicate waits for the first request", number(minimum=0)),
         IDEMPOTENCY_LOCK_SECONDS=(60, "after this an unfinished request's key may be taken over", number(minimum=1)),
         MAX_REQUEST_BYTES=(262144, "largest accepted API request body", number(minimum=1024, integer=True)),
+        DATABASE_STORED_FUNCTIONS=(
+            True,
+            "behind a transaction pooler, step writes and claims go through PL/pgSQL functions it creates",
+            rules.boolean,
+        ),
+        BATCH_DELIVERY_SIZE=(
+            20,
+            "tasks of a batch submission delivered per RQ job, run in turn (1: a job each)",
+            number(minimum=1, integer=True),
+        ),
         CALLBACK_ALLOWED_HOSTS=([], "hosts a callback_url may name (empty: callbacks off)", rules.hosts),
         CALLBACK_SECRET_GRACE_SECONDS=(86400, "how long a rotated signing secret still signs", number(minimum=0)),
         CALLBACK_MAX_ATTEMPTS=(8, "attempts to deliver one callback", number(minimum=1, maximum=100, integer=True)),

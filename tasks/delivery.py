@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from rq.serializers import JSONSerializer
 
 from tasks.conf import engine_settings
 from tasks.queues import default_queue, queue_for_pipeline, queue_names
-from tasks.registry import RUN_TASK_ENTRY_POINT
+from tasks.registry import RUN_TASK_ENTRY_POINT, RUN_TASKS_ENTRY_POINT
 
 if TYPE_CHECKING:
     from rq import Queue
@@ -45,6 +46,16 @@ PENDING_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.D
 def job_id(task_id, fencing_token: int) -> str:
     """Deterministic per (task, delivery): a delivery is identified by the fencing token it will claim."""
     return f"task-{task_id}-d{fencing_token}"
+
+
+def delivery_job_id(task_id, fencing_token: int, batch_job: str = "") -> str:
+    """The job that delivers (task, token): the batch's job until the task's first claim or hold, else its own."""
+    return batch_job if batch_job and fencing_token == 0 else job_id(task_id, fencing_token)
+
+
+def batch_job_id() -> str:
+    """A new batch job's id (its tasks record it as ``Task.batch_job``)."""
+    return f"batch-{uuid.uuid4().hex}"
 
 
 # One Redis client per connection setting and process. django-rq builds a new
@@ -162,16 +173,57 @@ def deliver_on_commit(task_id, fencing_token: int, when: datetime | None = None,
         transaction.on_commit(lambda: deliver_at(task_id, fencing_token, when, pipeline=pipeline))
 
 
+def deliver_batches(batches: Sequence[tuple[str, Sequence[Any]]], *, pipeline: str) -> bool:
+    """Enqueue one job per (batch job id, task ids) of ``pipeline``: each runs its tasks in turn (``run_tasks``).
+
+    False (and logged) when Redis is unavailable: the tasks are QUEUED and the sweeper delivers each of them on
+    its own after its grace period (their batch's job is lost to it).
+    """
+
+    def enqueue(queue) -> None:
+        for start in range(0, len(batches), DELIVER_MANY_CHUNK):
+            queue.enqueue_many(
+                [
+                    queue.prepare_data(
+                        RUN_TASKS_ENTRY_POINT,
+                        args=([str(task_id) for task_id in task_ids],),
+                        job_id=batch,
+                        result_ttl=JOB_RESULT_TTL,
+                        failure_ttl=JOB_FAILURE_TTL,
+                        timeout=NO_JOB_TIMEOUT,
+                    )
+                    for batch, task_ids in batches[start : start + DELIVER_MANY_CHUNK]
+                ]
+            )
+
+    if not batches:
+        return True
+    return _enqueue({"count": sum(len(task_ids) for _, task_ids in batches)}, pipeline, enqueue)
+
+
+def jobs_waiting(queues: Sequence[str]) -> bool:
+    """Whether a job waits in any of ``queues``: their lengths, in one round trip; False when Redis is unreachable.
+
+    A batch's job asks between its tasks (``tasks.jobs.run_tasks``). Unanswered, it runs on: its tasks are in
+    the database whatever Redis says, and handing them back would need Redis too.
+    """
+    try:
+        with redis_client().pipeline(transaction=False) as pipeline:
+            for name in queues:
+                pipeline.llen(get_queue(name).key)
+            return any(pipeline.execute())
+    except RedisError:
+        return False
+
+
 def delivery_pending(task_id, fencing_token: int) -> bool | None:
     """Whether Redis still holds a live job for this delivery (None when Redis is unreachable)."""
     lost = deliveries_lost([(task_id, fencing_token)])
     return None if lost is None else not lost
 
 
-def deliveries_lost(
-    deliveries: Sequence[tuple[Any, int]], *, queue: Queue | None = None
-) -> list[tuple[Any, int]] | None:
-    """Those of ``deliveries`` (task id, fencing token) that no job in Redis will run, in their order.
+def deliveries_lost(deliveries: Sequence[tuple], *, queue: Queue | None = None) -> list[tuple] | None:
+    """Those of ``deliveries`` (task id, fencing token[, batch job]) that no job in Redis will run, in their order.
 
     None when Redis is unreachable. A job will run while RQ holds it waiting:
     queued (and neither stuck in the intermediate list of a dead worker nor
@@ -181,12 +233,14 @@ def deliveries_lost(
     that started, finished, failed, stopped or was cancelled will not. One
     round trip for all the deliveries, answered by a script in Redis, on
     whichever queue each job waits (a job's hash is the same on every queue;
-    the intermediate lists of all of them are read). A caller that asks many
-    times may pass a ``queue`` it holds (any of the engine's).
+    the intermediate lists of all of them are read). A task submitted in a
+    batch is carried by its batch's job until it is first claimed or held
+    (``delivery_job_id``): that job's state answers for it. A caller that asks
+    many times may pass a ``queue`` it holds (any of the engine's).
     """
     queue = queue or get_queue()
     intermediate = [get_queue(name).intermediate_queue_key for name in queue_names()]
-    keys = [queue.job_class.key_for(job_id(task_id, fencing_token)) for task_id, fencing_token in deliveries]
+    keys = [queue.job_class.key_for(delivery_job_id(*delivery)) for delivery in deliveries]
     try:
         lost_jobs = queue.connection.register_script(_LOST_JOBS)
         positions = lost_jobs(

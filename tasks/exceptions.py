@@ -117,6 +117,20 @@ class IdempotencyKeyInUse(ReliabilityError):
     code = "idempotency_key_in_use"
 
 
+class BatchRefused(ReliabilityError):
+    """An atomic batch with a bad item: nothing was stored.
+
+    ``outcomes`` holds the bad items' outcomes (``tasks.batches.BatchOutcome``: index and error);
+    ``details["items"]`` the same as JSON.
+    """
+
+    code = "batch_refused"
+
+    def __init__(self, message: str, outcomes: list) -> None:
+        super().__init__(message, details={"items": [outcome.error_details() for outcome in outcomes]})
+        self.outcomes = outcomes
+
+
 class TaskNotCancellable(ReliabilityError):
     """The task has finished (or is undoing a failure): there is nothing left to cancel."""
 

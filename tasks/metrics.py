@@ -17,11 +17,12 @@ counters with the helpers below.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from prometheus_client import Counter, Histogram, disable_created_metrics
 
 logger = logging.getLogger(__name__)
@@ -101,7 +102,20 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
 
 def on_commit(record: Callable[[], None]) -> None:
     """Record once the surrounding transaction commits (a rolled-back change is not an event); now outside one."""
+    if not connections[DEFAULT_DB_ALIAS].in_atomic_block:
+        safely(record)  # what transaction.on_commit would do at once, without its bookkeeping (once per step)
+        return
     transaction.on_commit(lambda: safely(record))
+
+
+@functools.cache
+def _child(metric, *labels: str):
+    """``metric.labels(*labels)``, looked up once per label set: a step records three, on every attempt.
+
+    prometheus-client hands back the same child for the same labels until it is removed, which this module
+    never does.
+    """
+    return metric.labels(*labels)
 
 
 # Each event below is a database change: it counts once that change commits.
@@ -111,12 +125,12 @@ def step_attempt_recorded(
     *, pipeline: str, step: str, outcome: str, error_code: str, started_at, finished_at, retried: bool = False
 ) -> None:
     def record():
-        STEP_ATTEMPTS.labels(pipeline, step, outcome, error_code).inc()
+        _child(STEP_ATTEMPTS, pipeline, step, outcome, error_code).inc()
         if retried:
-            STEP_RETRIES.labels(pipeline, step, error_code).inc()
+            _child(STEP_RETRIES, pipeline, step, error_code).inc()
         duration = _seconds(started_at, finished_at)
         if duration is not None:
-            STEP_DURATION.labels(pipeline, step, outcome).observe(duration)
+            _child(STEP_DURATION, pipeline, step, outcome).observe(duration)
 
     on_commit(record)
 

@@ -24,6 +24,12 @@ def queue_names() -> tuple[str, ...]:
     return tuple(engine_settings.QUEUES)
 
 
+def queues_above(queue: str) -> tuple[str, ...]:
+    """The queues of higher priority than ``queue``, highest first (none for the first, or for one not configured)."""
+    names = queue_names()
+    return names[: names.index(queue)] if queue in names else ()
+
+
 def default_queue() -> str:
     return engine_settings.QUEUE
 

@@ -131,7 +131,9 @@ def import_failure(exc: Exception) -> str:
 
 # The engine's own: a task's delivery (tasks.jobs.run_task).
 RUN_TASK_ENTRY_POINT = "tasks.jobs.run_task"
-_ENTRY_POINTS: set[str] = {RUN_TASK_ENTRY_POINT}
+# A job that runs several tasks of one batch in turn, each claimed on its own (tasks.batches).
+RUN_TASKS_ENTRY_POINT = "tasks.jobs.run_tasks"
+_ENTRY_POINTS: set[str] = {RUN_TASK_ENTRY_POINT, RUN_TASKS_ENTRY_POINT}
 
 
 def entry_point_register(name: str) -> None:

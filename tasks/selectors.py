@@ -84,6 +84,13 @@ def _cancel(task: Task) -> dict | None:
     return {"requested_at": task.cancel_requested_at, "reason": task.cancel_reason}
 
 
+def _waiting(task: Task) -> dict | None:
+    """What a WAITING task waits for and until when; None for every other task."""
+    if task.state != TaskState.WAITING:
+        return None
+    return {"for": task.wait_for, "name": None, "until": task.retry_at}
+
+
 def task_summary(task: Task) -> dict[str, Any]:
     names = _step_names(task)
     return {
@@ -93,21 +100,28 @@ def task_summary(task: Task) -> dict[str, Any]:
         "current_step": _current_step_name(task, names),
         "failure": _failure(task),
         "cancel": _cancel(task),
+        "waiting": _waiting(task),
         "deadline": task.deadline,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
     }
 
 
-def task_representation(task: Task) -> dict[str, Any]:
-    """The task as the API shows it: state, steps (state, attempts, last error), result, failure."""
+def task_representation(task: Task, *, just_created: bool = False) -> dict[str, Any]:
+    """The task as the API shows it: state, steps (state, attempts, last error), result, failure.
+
+    ``just_created``: the task was created in this transaction, so it has no attempt and no checkpoint yet
+    (the submission's answer needs no query).
+    """
     names = _step_names(task)
-    attempts = list(
-        StepAttempt.objects.filter(task_id=task.pk, generation=task.generation)
-        .order_by("started_at", "id")
-        .values("kind", "step_name", "outcome", "error_code", "error_message")
-    )
-    completed = set(Checkpoint.objects.filter(task_id=task.pk).values_list("step_name", flat=True))
+    attempts, completed = [], set()
+    if not just_created:
+        attempts = list(
+            StepAttempt.objects.filter(task_id=task.pk, generation=task.generation)
+            .order_by("started_at", "id")
+            .values("kind", "step_name", "outcome", "error_code", "error_message")
+        )
+        completed = set(Checkpoint.objects.filter(task_id=task.pk).values_list("step_name", flat=True))
     steps = []
     for index, name in enumerate(names):
         tries = [a for a in attempts if a["kind"] == AttemptKind.STEP and a["step_name"] == name]

@@ -43,6 +43,10 @@ class Number:
         return None
 
 
+def boolean(name: str, value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"{name} must be True or False, not {value!r}"
+
+
 def text(name: str, value: Any) -> str | None:
     return None if isinstance(value, str) else f"{name}={value!r} is not a string"
 

@@ -37,6 +37,8 @@ from tasks.pipelines import Pipeline
 PYTHON_SCOPE = "python"
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
 MAX_DEADLINE_SECONDS = 365 * 86400
+# The latest start a submission may ask for, in seconds from now (``run_at``).
+MAX_START_DELAY_SECONDS = 365 * 86400
 
 # What a submission answers and stores for its key: (HTTP status, body), or nothing (Python callers).
 Responder = Callable[[Task], tuple[int, bytes]]
@@ -65,15 +67,20 @@ def request_fingerprint(
     input: Any,
     deadline_seconds: float | None,
     callback_url: str | None = None,
-    start_at: datetime | None = None,
+    start: datetime | float | None = None,
 ) -> str:
-    """SHA-256 of the canonical JSON of the request as submitted: pipeline, input, deadline, callback URL, start."""
+    """SHA-256 of the canonical JSON of the request as submitted: pipeline, input, deadline, callback URL, start.
+
+    ``start`` as submitted: a time, or seconds from now (the same request sent again later is the same request).
+    """
     body = {"pipeline": pipeline, "input": input, "deadline_seconds": deadline_seconds}
     if callback_url is not None:
         # Only when given: the fingerprints of requests without one (and their stored records) stay as they were.
         body["callback_url"] = callback_url
-    if start_at is not None:
-        body["start_at"] = start_at.isoformat()
+    if isinstance(start, datetime):
+        body["start_at"] = start.isoformat()
+    elif start is not None:
+        body["delay_seconds"] = start
     try:
         return hashlib.sha256(canonical_json(body).encode()).hexdigest()
     except (TypeError, ValueError) as exc:
@@ -90,21 +97,21 @@ def submission_create(
     client: ApiClient | None = None,
     respond: Responder | None = None,
     callback_url: str | None = None,
-    start_at: datetime | None = None,
+    run_at: datetime | timedelta | float | None = None,
 ) -> Submission:
     """Create a task (delivered after commit) or replay the one an earlier request with this key made.
 
     ``respond`` renders the response stored with the key (HTTP); raises
     ``UnknownPipeline``, ``InvalidTaskInput``, ``IdempotencyKeyReused`` or
-    ``IdempotencyKeyInUse``, and then nothing is stored. ``start_at`` (an
-    aware datetime) delays the start: the task waits held, with no job,
-    until the sweeper releases it at that time (``tasks.limits``).
+    ``IdempotencyKeyInUse``, and then nothing is stored. ``run_at`` (an
+    aware datetime, or seconds / a timedelta from now) delays the start: the
+    task is created WAITING, with no job, and the sweeper starts it at that
+    time (``tasks.sweeper``).
     """
     deadline_at, deadline_seconds = resolve_deadline(deadline)
-    if start_at is not None and (not isinstance(start_at, datetime) or timezone.is_naive(start_at)):
-        raise InvalidTaskInput("start time must be a timezone-aware datetime")
+    start_at, start = resolve_start(run_at, deadline_at)
     fingerprint = request_fingerprint(
-        pipeline=pipeline, input=input, deadline_seconds=deadline_seconds, callback_url=callback_url, start_at=start_at
+        pipeline=pipeline, input=input, deadline_seconds=deadline_seconds, callback_url=callback_url, start=start
     )
     reservation = None
     if idempotency_key is not None:
@@ -115,16 +122,7 @@ def submission_create(
             body = bytes(record.response_body) if record.response_body is not None else None
             return Submission(record.task_id, replayed=True, response_status=record.response_status, response_body=body)
     try:
-        spec = registry.get(pipeline)
-        cleaned = clean_input(spec, input)
-        if callback_url is not None:
-            callback_url_check(callback_url)
-            if client is None:
-                raise InvalidTaskInput(
-                    "a callback is signed with an API client's secret: submit it with client=",
-                    details={"callback_url": "needs a client"},
-                )
-            api_client_signing_secret_ensure(client=client)
+        spec, cleaned = submission_checked(pipeline=pipeline, input=input, callback_url=callback_url, client=client)
         with transaction.atomic():
             task = task_create(
                 spec=spec,
@@ -147,6 +145,24 @@ def submission_create(
     return Submission(task.pk, replayed=False, response_status=status, response_body=body, created=task)
 
 
+def submission_checked(
+    *, pipeline: str, input: Any, callback_url: str | None, client: ApiClient | None
+) -> tuple[Pipeline, Any]:
+    """The pipeline and the input as its validation cleaned it, the callback URL checked; or the error refusing
+    them (``UnknownPipeline``, ``InvalidTaskInput``). A single submission's check, and each item's of a batch."""
+    spec = registry.get(pipeline)
+    cleaned = clean_input(spec, input)
+    if callback_url is not None:
+        callback_url_check(callback_url)
+        if client is None:
+            raise InvalidTaskInput(
+                "a callback is signed with an API client's secret: submit it with client=",
+                details={"callback_url": "needs a client"},
+            )
+        api_client_signing_secret_ensure(client=client)
+    return spec, cleaned
+
+
 def task_submit(
     *,
     pipeline: str,
@@ -156,8 +172,9 @@ def task_submit(
     scope: str = PYTHON_SCOPE,
     callback_url: str | None = None,
     client: ApiClient | None = None,
+    run_at: datetime | timedelta | float | None = None,
 ) -> Task:
-    """Create a task and deliver it after commit; return it.
+    """Create a task and deliver it after commit (or, with ``run_at``, at that time); return it.
 
     The same ``idempotency_key`` with the same pipeline, input and deadline
     returns the task the first call created; with a different request it
@@ -166,6 +183,9 @@ def task_submit(
     task is still created (QUEUED) and the sweeper delivers it later.
     ``callback_url`` asks for a completion callback (``tasks.callbacks``),
     signed with the secret of ``client``, which it then requires.
+    ``run_at`` (an aware datetime, or seconds / a timedelta from now) starts
+    it later: it waits (WAITING, no job, no worker) until then, not before,
+    and within one sweep interval after; the idempotency fingerprint holds it.
     """
     submission = submission_create(
         pipeline=pipeline,
@@ -175,6 +195,7 @@ def task_submit(
         scope=scope,
         client=client,
         callback_url=callback_url,
+        run_at=run_at,
     )
     return submission.created or Task.objects.get(pk=submission.task_id)
 
@@ -207,7 +228,42 @@ def resolve_deadline(deadline) -> tuple[datetime | None, float | None]:
         if timezone.is_naive(deadline):
             raise InvalidTaskInput("deadline must be timezone-aware")
         return deadline, deadline.timestamp()
-    seconds = deadline.total_seconds() if isinstance(deadline, timedelta) else deadline
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= MAX_DEADLINE_SECONDS:
+    seconds = _seconds_of(deadline)
+    if seconds is None or not 0 < seconds <= MAX_DEADLINE_SECONDS:
         raise InvalidTaskInput("deadline must be a positive number of seconds (at most one year)")
-    return timezone.now() + timedelta(seconds=seconds), float(seconds)
+    return timezone.now() + timedelta(seconds=seconds), seconds
+
+
+def _seconds_of(value) -> float | None:
+    """A timedelta or a number (not a bool) as seconds; None for anything else."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def resolve_start(run_at, deadline_at: datetime | None = None) -> tuple[datetime | None, datetime | float | None]:
+    """(when, as submitted): an aware datetime stays; seconds or a timedelta count from now. A time already past
+    starts the task at once; one at or after ``deadline_at`` is refused (the task could never run)."""
+    if run_at is None:
+        return None, None
+    if isinstance(run_at, datetime):
+        if timezone.is_naive(run_at):
+            raise InvalidTaskInput("run_at must be timezone-aware", details={"run_at": run_at.isoformat()})
+        if run_at > timezone.now() + timedelta(seconds=MAX_START_DELAY_SECONDS):
+            raise InvalidTaskInput("run_at is at most one year ahead", details={"run_at": run_at.isoformat()})
+        start_at, start = run_at, run_at
+    else:
+        seconds = _seconds_of(run_at)
+        if seconds is None or not 0 <= seconds <= MAX_START_DELAY_SECONDS:
+            raise InvalidTaskInput(
+                "a start delay is 0 to 31,536,000 seconds (one year)", details={"run_at": str(run_at)}
+            )
+        start_at, start = timezone.now() + timedelta(seconds=seconds), seconds
+    if deadline_at is not None and start_at >= deadline_at:
+        raise InvalidTaskInput(
+            "the start is not before the deadline: the task could never run",
+            details={"run_at": start_at.isoformat(), "deadline": deadline_at.isoformat()},
+        )
+    return start_at, start

@@ -41,7 +41,7 @@ from tasks.conf import engine_settings
 from tasks.delivery import deliveries_lost, get_queue
 from tasks.exceptions import LeaseLost
 from tasks.idempotency import idempotency_purge_expired
-from tasks.lifecycle.deliveries import delivery_repeated, retry_made_due
+from tasks.lifecycle.deliveries import delivery_repeated, retry_made_due, wait_ended
 from tasks.lifecycle.holds import held_tasks_sweep
 from tasks.lifecycle.outcomes import LeaseExpiry, lease_expired, on_cancel_policy, task_cancelled
 from tasks.models import LEASED_STATES, SweeperHeartbeat, Task, TaskHold, TaskState
@@ -67,6 +67,7 @@ class SweepReport:
     crash_loops: int = 0
     compensation_crash_loops: int = 0
     retries_started: int = 0
+    waits_ended: int = 0
     redelivered: int = 0
     held_released: int = 0
     cancels_completed: int = 0
@@ -79,6 +80,7 @@ class SweepReport:
             "requeued": self.requeued,
             "crash_loops": self.crash_loops + self.compensation_crash_loops,
             "retries_started": self.retries_started,
+            "waits_ended": self.waits_ended,
             "redelivered": self.redelivered,
             "held_released": self.held_released,
             "cancels_completed": self.cancels_completed,
@@ -103,6 +105,7 @@ class SweepReport:
                 self.crash_loops,
                 self.compensation_crash_loops,
                 self.retries_started,
+                self.waits_ended,
                 self.redelivered,
                 self.held_released,
                 self.cancels_completed,
@@ -113,11 +116,13 @@ class SweepReport:
 
 
 def sweep_once() -> SweepReport:
-    """One sweep: expired leases, cancels, due retries, lost deliveries, held tasks, idempotency records, chores."""
+    """One sweep: expired leases, cancels, due retries and waits, lost deliveries, held tasks, idempotency records,
+    chores."""
     report = SweepReport()
     _expired_leases(report)
     _pending_cancels(report)
     _due_retries(report)
+    _due_waits(report)
     _lost_deliveries(report)
     report.held_released = held_tasks_sweep()
     report.idempotency_records_purged = idempotency_purge_expired()
@@ -174,16 +179,32 @@ def _due_retries(report: SweepReport) -> None:
     due = Task.objects.filter(state=TaskState.RETRY_SCHEDULED).filter(
         Q(retry_at__lte=Now() - DUE_RETRY_GRACE) | Q(deadline__lte=Now())
     )
+    report.retries_started += _each_due(due, retry_made_due)
+
+
+def _due_waits(report: SweepReport) -> None:
+    """Wake the WAITING tasks whose time has come (no grace: the sweeper is their only delivery, and a start is
+    "not before its time, within a sweep after") or whose deadline passed, oldest time first; on
+    ``task_state_retry_idx``."""
+    due = Task.objects.filter(state=TaskState.WAITING).filter(Q(retry_at__lte=Now()) | Q(deadline__lte=Now()))
+    report.waits_ended += _each_due(due, wait_ended)
+
+
+def _each_due(due, act) -> int:
+    """``act(task=…)`` on up to BATCH_SIZE of ``due``, oldest time first, each locked in its own transaction (one
+    another sweeper holds is skipped); how many."""
+    done = 0
     for pk in list(due.order_by("retry_at", "pk").values_list("pk", flat=True)[:BATCH_SIZE]):
         try:
             with transaction.atomic():
                 task = _lock(due, pk)
                 if task is None:
                     continue
-                retry_made_due(task=task)
-                report.retries_started += 1
+                act(task=task)
+                done += 1
         except ConcurrentTransition:
             continue
+    return done
 
 
 def _lost_deliveries(report: SweepReport) -> None:
@@ -197,7 +218,7 @@ def _lost_deliveries(report: SweepReport) -> None:
     lost: list[tuple] = []
     queue = get_queue()
     for page in _pages(_waiting_oldest_first(), DELIVERY_CHECK_SIZE):
-        found = deliveries_lost([(pk, token) for _, pk, token in page], queue=queue)
+        found = deliveries_lost([(pk, token, batch) for _, pk, token, batch in page], queue=queue)
         if found is None:
             report.redis_unavailable = True
             return
@@ -205,7 +226,7 @@ def _lost_deliveries(report: SweepReport) -> None:
         if len(lost) >= BATCH_SIZE:
             break
     waiting = _waiting()
-    for pk, token in lost[:BATCH_SIZE]:
+    for pk, token, _ in lost[:BATCH_SIZE]:
         with transaction.atomic():
             task = _lock(waiting, pk)
             if task is None or task.fencing_token != token:
@@ -224,8 +245,8 @@ def _waiting() -> QuerySet:
     )
 
 
-def _waiting_oldest_first() -> Iterator[tuple[datetime, str, int]]:
-    """(updated_at, task id, fencing token) of every waiting task, oldest first."""
+def _waiting_oldest_first() -> Iterator[tuple[datetime, str, int, str]]:
+    """(updated_at, task id, fencing token, batch job) of every waiting task, oldest first."""
     # One keyset walk per state, each an ordered range of task_state_updated_id_idx, merged.
     waiting = _waiting()
     return heapq.merge(
@@ -234,8 +255,8 @@ def _waiting_oldest_first() -> Iterator[tuple[datetime, str, int]]:
     )
 
 
-def _oldest_first(tasks: QuerySet) -> Iterator[tuple[datetime, str, int]]:
-    """(updated_at, task id, fencing token) of ``tasks``, oldest first, read by keyset pagination.
+def _oldest_first(tasks: QuerySet) -> Iterator[tuple[datetime, str, int, str]]:
+    """(updated_at, task id, fencing token, batch job) of ``tasks``, oldest first, read by keyset pagination.
 
     Each page is a query of its own that starts after the last row read, so
     a page costs the same at any depth, ties on ``updated_at`` included (a
@@ -245,15 +266,17 @@ def _oldest_first(tasks: QuerySet) -> Iterator[tuple[datetime, str, int]]:
     """
     # The id as text: only a job id is made of it, and parsing 100,000 UUIDs
     # a sweep would cost more than reading the rows.
-    rows = tasks.order_by("updated_at", "pk").values_list("updated_at", Cast("pk", models.TextField()), "fencing_token")
+    rows = tasks.order_by("updated_at", "pk").values_list(
+        "updated_at", Cast("pk", models.TextField()), "fencing_token", "batch_job"
+    )
     after = None
     while True:
         page = rows if after is None else rows.filter(GreaterThan(_Row(F("updated_at"), F("pk")), _Row(*after)))
-        page = [(updated_at, _uuid_text(pk), token) for updated_at, pk, token in page[:WAITING_PAGE_SIZE]]
+        page = [(updated_at, _uuid_text(pk), token, batch) for updated_at, pk, token, batch in page[:WAITING_PAGE_SIZE]]
         yield from page
         if len(page) < WAITING_PAGE_SIZE:
             return
-        updated_at, pk, _ = page[-1]
+        updated_at, pk, _, _ = page[-1]
         after = (Value(updated_at, output_field=models.DateTimeField()), Value(pk, output_field=models.UUIDField()))
 
 

@@ -21,8 +21,12 @@ import threading
 import time
 
 from django.utils.module_loading import import_string
-from rq.job import Job
+from rq.executions import Execution
+from rq.job import Job, JobStatus
+from rq.queue import Queue
+from rq.results import Result
 from rq.serializers import JSONSerializer
+from rq.utils import now
 from rq.worker import SimpleWorker, WorkerStatus
 
 from tasks import registry
@@ -59,7 +63,18 @@ class ReliabilityJob(Job):
             return RefusedJob(f"callbacks {callbacks!r}: the project's jobs have none")
         if self._dependency_ids:
             return RefusedJob(f"dependencies {list(self._dependency_ids)!r}: the project's jobs have none")
+        # A webhook is a POST from the worker to any URL the job names; the others change how RQ finishes
+        # a job (ReliabilityWorker.handle_job_success leaves them out): the project's jobs have none of them.
+        if self.webhooks:
+            return RefusedJob("webhooks: the project's jobs have none")
+        if self.has_rate_limit or self.repeats_left or self.group_id:
+            return RefusedJob("a rate limit, repeats or a group: the project's jobs have none")
         return None
+
+    @property
+    def finishes_lean(self) -> bool:
+        """Whether RQ has nothing to keep of this job once it returned: no result, no repeat, nothing after it."""
+        return self.result_ttl == 0 and not self.repeats_left and not self.has_rate_limit and not self.group_id
 
     def _execute(self):
         refused = self.refusal()
@@ -93,6 +108,10 @@ class ReliabilityJob(Job):
     def stopped_callback(self):
         return None
 
+    # RQ sends a job's webhooks when it finishes or fails, a refused one too: none is ever sent.
+    def send_webhooks(self, status, *, exc_string=None) -> None:
+        return None
+
 
 # How often an RQ scheduler process checks that the worker that forked it is still there.
 ORPHAN_CHECK_SECONDS = 1.0
@@ -118,12 +137,37 @@ def _scheduler_leaves_with_its_worker() -> None:
     threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
 
 
+# Set once the worker was asked to stop (a warm shutdown lets the current job finish): a batch's job
+# (tasks.jobs.run_tasks) hands back the tasks it has not started instead of running them all first.
+STOPPING = threading.Event()
+# The queues this process's worker takes jobs from (None outside a worker): a batch's job hands its rest back
+# only for a job waiting on one of them (tasks.jobs), since a job on a queue this worker never reads would not
+# be its next one anyway.
+listened_queues: frozenset[str] | None = None
+
+# How often, at most, a worker refreshes its liveness in Redis by itself. RQ's loop sends a heartbeat (three
+# unpipelined commands) three times per job; each job's own bookkeeping already refreshes it in a pipeline, so
+# while busy these add nothing, and while idle the worker blocks in BLPOP and beats once per wait (RQ's own
+# rhythm). The worker's key lives for its worker_ttl (420 s by default) past the last beat, whatever this is.
+WORKER_HEARTBEAT_SECONDS = 5.0
+
+
 class ReliabilityWorker(SimpleWorker):
-    """A SimpleWorker that always speaks JSON and always runs ``ReliabilityJob``.
+    """A SimpleWorker that always speaks JSON and always runs ``ReliabilityJob``, with a lean loop.
 
     django-rq's ``rqworker`` passes ``--serializer`` (pickle by default) and
     ``--job-class`` to the worker; this class ignores both, so no job is ever
     unpickled and every job goes through ``ReliabilityJob``'s checks.
+
+    The loop talks to Redis four times per job where RQ's talks twenty-seven
+    (tests/acceptance/test_round_trips.py counts them): the dequeue, the
+    job's fetch, its start and its finish. Heartbeats and the suspension
+    check at most every ``WORKER_HEARTBEAT_SECONDS`` outside a job's own
+    pipelines, the worker's state written only when it changes (busy and
+    idle ride in the job's pipelines), the execution and the job's start in
+    one pipeline, and a job with nothing to keep (``finishes_lean``)
+    finished and deleted in one pipeline, without the dependents' WATCH and
+    the registry reads that RQ's general path makes for any job.
     """
 
     # RQ waits 1, 2, 4 … up to 60 s between attempts to reach a Redis that went
@@ -137,14 +181,105 @@ class ReliabilityWorker(SimpleWorker):
             # A SimpleWorker forks nothing but its scheduler.
             os.register_at_fork(after_in_child=_scheduler_leaves_with_its_worker)
             _fork_hook_installed = True
+        # When each throttled chore (``_due``) was last done.
+        self._done_at: dict[str, float] = {}
         kwargs["serializer"] = JSONSerializer
         if not _is_reliability_job_class(kwargs.get("job_class")):
             kwargs["job_class"] = ReliabilityJob
         super().__init__(*args, **kwargs)
+        global listened_queues
+        listened_queues = frozenset(self.queue_names())
         # Registries (and their clean-up of abandoned jobs) read jobs with their queue's class.
         for queue in self.queues:
             if not _is_reliability_job_class(queue.job_class):
                 queue.job_class = self.job_class
+
+    def _due(self, what: str) -> bool:
+        """Whether ``what`` was last done ``WORKER_HEARTBEAT_SECONDS`` ago or more (or never); if so, done now."""
+        done_at = self._done_at.get(what)
+        if done_at is not None and time.monotonic() - done_at < WORKER_HEARTBEAT_SECONDS:
+            return False
+        self._done_at[what] = time.monotonic()
+        return True
+
+    def heartbeat(self, timeout: int | None = None, pipeline=None) -> None:
+        if pipeline is not None:
+            super().heartbeat(timeout, pipeline=pipeline)
+            self._done_at["heartbeat"] = time.monotonic()
+            return
+        if timeout is None and not self._due("heartbeat"):
+            return
+        with self.connection.pipeline(transaction=False) as batch:
+            super().heartbeat(timeout, pipeline=batch)
+            batch.execute()
+        self._done_at["heartbeat"] = time.monotonic()
+
+    def check_for_suspension(self, burst: bool) -> None:
+        # RQ asks Redis whether workers are suspended (`rq suspend`) before every job: here at most every
+        # heartbeat interval, so a suspension stops new jobs within that long.
+        if self._due("suspension read"):
+            super().check_for_suspension(burst)
+
+    def prepare_execution(self, job) -> Execution:
+        # RQ writes the execution and the worker's busy state in a pipeline of its own, then the job's start in a
+        # second one (prepare_job_execution), with nothing read between: here the first waits for the second.
+        # Not a MULTI/EXEC transaction: only this worker writes these keys (RQ's readers take them as they
+        # find them), and a transaction doubles the replies to parse.
+        pipeline = self.connection.pipeline(transaction=False)
+        execution = Execution.create(job, self.get_heartbeat_ttl(job), pipeline=pipeline, worker_name=self.name)
+        self.executions[execution.id] = execution
+        self.set_state(WorkerStatus.BUSY, pipeline=pipeline)
+        self._execution_pipeline = pipeline
+        return execution
+
+    def prepare_job_execution(self, job, remove_from_intermediate_queue: bool = False) -> None:
+        pipeline, self._execution_pipeline = getattr(self, "_execution_pipeline", None), None
+        if pipeline is None:
+            super().prepare_job_execution(job, remove_from_intermediate_queue)
+            return
+        # RQ's prepare_job_execution, in the execution's pipeline.
+        with pipeline:
+            heartbeat_ttl = self.get_heartbeat_ttl(job)
+            self.heartbeat(heartbeat_ttl, pipeline=pipeline)
+            job.heartbeat(now(), heartbeat_ttl, pipeline=pipeline)
+            job.prepare_for_execution(self.name, pipeline=pipeline)
+            pipeline.persist(job.key)
+            if remove_from_intermediate_queue:
+                pipeline.lrem(Queue(job.origin, connection=self.connection).intermediate_queue_key, 1, job.id)
+            pipeline.execute()
+        self.procline(f"Processing {job.func_name} from {job.origin} since {time.time()}")
+
+    def set_state(self, state: str, pipeline=None) -> None:
+        # RQ sets "idle" twice between two jobs (after one, before the next dequeue), each a round trip.
+        if pipeline is None and state == self._state:
+            return
+        super().set_state(state, pipeline=pipeline)
+
+    def cleanup_execution(self, job, pipeline, execution=None) -> None:
+        super().cleanup_execution(job, pipeline, execution)
+        # One job at a time: once its execution is gone the worker is idle, written in the same pipeline.
+        self.set_state(WorkerStatus.IDLE, pipeline=pipeline)
+
+    def handle_execution_ended(self, job, queue, heartbeat_ttl: int) -> None:
+        # RQ also beats the job here, a round trip just before the job's record is finished or failed.
+        job.ended_at = now()
+
+    def handle_job_success(self, job, queue, started_job_registry, execution) -> None:
+        if not (isinstance(job, ReliabilityJob) and job.finishes_lean):
+            super().handle_job_success(job, queue, started_job_registry, execution)
+            return
+        # What RQ's general path ends with for a job kept for 0 seconds, in one pipeline: the counts, the
+        # execution's records, the job's keys. Nothing can depend on the job (a dependent is refused when it
+        # is run), so no dependents are read or moved.
+        with self.connection.pipeline(transaction=False) as pipeline:  # as in prepare_execution
+            self.increment_successful_job_count(pipeline=pipeline)
+            self.increment_total_working_time(job.ended_at - job.started_at, pipeline)
+            self.cleanup_execution(job, pipeline=pipeline, execution=execution)
+            pipeline.delete(
+                job.key, job.dependents_key, job.dependencies_key, Result.get_key(job.id), job.execution_registry.key
+            )
+            pipeline.execute()
+        job._status = JobStatus.FINISHED
 
     def handle_payload(self, message) -> None:
         """RQ's worker commands, plus ``cancel-task``: interrupt the waiting step of a task this worker runs."""
@@ -161,6 +296,10 @@ class ReliabilityWorker(SimpleWorker):
                 interrupts.cancel_attempt(task_id)
             return
         super().handle_payload(message)
+
+    def request_stop(self, signum, frame) -> None:
+        STOPPING.set()
+        super().request_stop(signum, frame)
 
     def _shutdown(self) -> None:
         # An idle worker's SIGTERM handler raises StopRequested wherever the main thread is. Raised inside a

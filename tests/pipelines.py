@@ -449,3 +449,42 @@ _work_step(live_single, "single_work")
 live_rated = Pipeline("t_live_rated", rate_limit="5/s")
 _work_step(live_rated, "rated_one")
 _work_step(live_rated, "rated_two")
+
+
+# Steps that do nothing: what remains is the engine's own conversation with PostgreSQL and Redis
+# (tests/acceptance/test_round_trips.py counts it).
+def _nothing(ctx):
+    return None
+
+
+quiet_one = Pipeline("t_quiet_1", failure_policy=FailurePolicy.PARK)
+quiet_one.step(_nothing, name="step_1")
+quiet_ten = Pipeline("t_quiet_10", failure_policy=FailurePolicy.PARK)
+for _index in range(1, 11):
+    quiet_ten.step(_nothing, name=f"step_{_index}")
+
+
+# A batch's job asks for higher-priority work at most every tasks.jobs.PRIORITY_CHECK_SECONDS of its clock. These
+# steps take input "seconds" of STEP_CLOCK's time, not the wall clock's: a test gives STEP_CLOCK to tasks.jobs in
+# place of the time module (monotonic time is outside the project), so when a batch asks is a count, not a race.
+class StepClock:
+    """A monotonic clock that only the steps below move."""
+
+    now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+STEP_CLOCK = StepClock()
+
+
+def _clocked(ctx):
+    STEP_CLOCK.now += float(ctx.input.get("seconds", 0))
+    return None
+
+
+clocked_bulk = Pipeline("t_clocked_bulk", queue="bulk", failure_policy=FailurePolicy.PARK)
+clocked_bulk.step(_clocked, name="clocked_work")
+clocked_critical = Pipeline("t_clocked_critical", queue="critical", failure_policy=FailurePolicy.PARK)
+clocked_critical.step(_clocked, name="clocked_work")

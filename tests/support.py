@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
 from chaos import processes as chaos_processes
 from chaos.processes import Child, DeploymentError, gunicorn_argv, wait_until, worker_pid
@@ -224,6 +225,54 @@ def planner_statistics_of_a_live_table(tasks: int = 2000) -> None:
         cursor.execute(f"ANALYZE {Task._meta.db_table}")
 
 
+def plan_uses_index(query, index: str) -> str:
+    """EXPLAIN ``query`` with sequential scans off and every other droppable index of its table gone; the plan.
+
+    What is asked is whether the query implies the partial index's predicate, not which of several usable
+    indexes the planner prefers on whatever statistics earlier tests left: so, inside a transaction rolled
+    back at the end, every index of the table that backs no constraint except ``index`` is dropped. The
+    plan then names ``index`` only if the query can use it.
+    """
+    # Compiled inside the transaction: a SELECT … FOR UPDATE compiles only there.
+    return _plan_with_one_index(query.model._meta.db_table, index, query.query.sql_with_params)
+
+
+_INDEX_SCAN = re.compile(r"(Index Only Scan|Index Scan|Bitmap Index Scan) (?:using|on) (\S+)")
+
+
+def index_scans(plan: str) -> list[tuple[str, str]]:
+    """Each index scan of an EXPLAIN plan as ``(kind, index)``, in the plan's order.
+
+    Which kind PostgreSQL picks for one index (index-only, plain, bitmap) depends on the visibility map and
+    the statistics earlier tests left, not on the query: tests name the index, and the kind only when it
+    matters (a bitmap scan does not read the index in its order).
+    """
+    return _INDEX_SCAN.findall(plan)
+
+
+def statement_plan_uses_index(sql: str, *, table: str, index: str) -> str:
+    """``plan_uses_index`` for a statement as executed (``CaptureQueriesContext``'s SQL, its values in it)."""
+    return _plan_with_one_index(table, index, lambda: (sql, None))
+
+
+def _plan_with_one_index(table: str, index: str, statement) -> str:
+    with transaction.atomic(), connection.cursor() as cursor:
+        sql, params = statement()
+        cursor.execute(
+            "SELECT i.indexrelid::regclass::text FROM pg_index i WHERE i.indrelid = %s::regclass"
+            " AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)"
+            " AND i.indexrelid::regclass::text <> %s",
+            [table, index],
+        )
+        for (other,) in cursor.fetchall():
+            cursor.execute(f"DROP INDEX {other}")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        transaction.set_rollback(True)
+    return plan
+
+
 def rule_form(**fields) -> dict:
     """The admin's alert rule form, filled in: ``fields`` override (None leaves a field out)."""
     form = {
@@ -238,3 +287,35 @@ def rule_form(**fields) -> dict:
     }
     form.update(fields)
     return {name: value for name, value in form.items() if value is not None}
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The largest number of the [start, end] intervals under way at one moment.
+
+    At equal times an end counts before a start: a slot is given back (the end recorded) before the next
+    task can take it, so a start stamped in the same millisecond as an end did not overlap it.
+    """
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    running = peak = 0
+    for _, change in events:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def work_intervals(task_ids: list[str], platform) -> list[tuple[int, int]]:
+    """When the platform simulator saw each piece of the tasks' work begin and end (ms): the far side's view."""
+    wanted = set(task_ids)
+    work = [w for w in platform.state()["work"] if w["task_id"] in wanted]
+    assert all(w["finished_ms"] is not None for w in work)
+    return [(w["received_ms"], w["finished_ms"]) for w in work]
+
+
+def attempt_intervals(task_ids: list[str]) -> list[tuple[float, float]]:
+    """When each step attempt of the tasks began and ended, as the workers recorded them (s)."""
+    from tasks.models import AttemptKind, StepAttempt
+
+    rows = StepAttempt.objects.filter(task_id__in=task_ids, kind=AttemptKind.STEP).values_list(
+        "started_at", "finished_at"
+    )
+    return [(start.timestamp(), end.timestamp()) for start, end in rows]

@@ -132,6 +132,7 @@ IN_FLIGHT_OUTCOMES = (
     Outcome("retry_scheduled", 20),
     CANCELLED,
     SUCCEEDED,
+    Outcome("waiting", 10),  # submitted to start later (wait_for start): no attempt yet
 )
 CANCEL_MESSAGE = "cancelled by client:seed: no longer needed"
 UNRESOLVED_OUTCOMES = (

@@ -187,7 +187,7 @@ def _task_rows(plan: SeedPlan, source: str) -> str:
 TASK_COLUMNS = """id, pipeline, input, state, current_step, total_steps, step_attempt, total_attempts, generation,
     deadline, retry_at, lease_owner, lease_expires_at, fencing_token, crash_count, in_dlq, result, failure_reason,
     failure_code, failure_message, failed_step, client_id, idempotency_scope, idempotency_key, request_fingerprint,
-    created_at, updated_at, finished_at, cancel_requested_at, cancel_requested_by, cancel_reason"""
+    created_at, updated_at, finished_at, cancel_requested_at, cancel_requested_by, cancel_reason, wait_for"""
 
 
 def tasks_insert(plan: SeedPlan) -> str:
@@ -198,10 +198,11 @@ def tasks_insert(plan: SeedPlan) -> str:
     SELECT id, pipeline, input, state, current_step, total_steps, step_attempt,
         current_step + step_attempt + CASE WHEN is_dlq THEN items * mode_attempts ELSE 0 END,
         0, NULL,
-        CASE WHEN state = 'retry_scheduled' THEN %(now)s + interval '1 second' * (1 + 60 * u_time) END,
+        CASE WHEN state = 'retry_scheduled' THEN %(now)s + interval '1 second' * (1 + 60 * u_time)
+            WHEN state = 'waiting' THEN %(now)s + interval '1 hour' * (1 + 24 * u_time) END,
         CASE WHEN state = 'running' THEN 'worker-' || (1 + i %% 8) || ':' || (1000 + i %% 9000) ELSE '' END,
         CASE WHEN state = 'running' THEN %(now)s + interval '30 seconds' END,
-        CASE WHEN state = 'queued' AND NOT is_dlq THEN 0 ELSE 1 + is_dlq::int * items END,
+        CASE WHEN state IN ('queued', 'waiting') AND NOT is_dlq THEN 0 ELSE 1 + is_dlq::int * items END,
         CASE WHEN state = ANY(%(failure_states)s) AND mode_reason = 'crash_loop' THEN mode_attempts ELSE 0 END,
         is_dlq AND last_status <> 'resolved',
         CASE WHEN state = 'succeeded' THEN jsonb_build_object('ok', true, 'steps', total_steps) END,
@@ -224,14 +225,16 @@ def tasks_insert(plan: SeedPlan) -> str:
         finished_at,
         CASE WHEN state = 'cancelled' THEN finished_at - interval '1 second' END,
         CASE WHEN state = 'cancelled' THEN 'client:seed' ELSE '' END,
-        CASE WHEN state = 'cancelled' THEN 'no longer needed' ELSE '' END
+        CASE WHEN state = 'cancelled' THEN 'no longer needed' ELSE '' END,
+        CASE WHEN state = 'waiting' THEN 'start' ELSE '' END
     FROM (
         SELECT r.*,
             CASE WHEN state = 'succeeded' THEN total_steps
                 WHEN is_dlq THEN (%(mode_step_index)s::int[])[m + 1]
+                WHEN state = 'waiting' THEN 0
                 ELSE floor(u_step * total_steps)::int END AS current_step,
             CASE WHEN state = ANY(%(failure_states)s) THEN mode_attempts
-                WHEN state = 'queued' THEN 0
+                WHEN state IN ('queued', 'waiting') THEN 0
                 WHEN state = 'retry_scheduled' THEN 1 + floor(u_time * 3)::int
                 ELSE 1 END AS step_attempt,
             CASE WHEN state = 'succeeded' AND is_dlq THEN last_resolved_at

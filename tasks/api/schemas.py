@@ -6,14 +6,16 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ninja import Schema
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from tasks.submission import MAX_DEADLINE_SECONDS
+from tasks.batches import MAX_BATCH_ITEMS
+from tasks.submission import MAX_DEADLINE_SECONDS, MAX_START_DELAY_SECONDS
 
 TaskStateName = Literal[
     "queued",
     "running",
     "retry_scheduled",
+    "waiting",
     "succeeded",
     "failed",
     "compensating",
@@ -37,12 +39,59 @@ class TaskCreateIn(Schema):
         description="POSTed the task's terminal state, signed with the client's secret (the docs' Submit tasks "
         "and the HTTP API); its host must be allowed by the server",
     )
+    # An RFC 3339 string in the JSON body: the only field parsed from text, hence not strict.
+    run_at: datetime | None = Field(
+        None,
+        strict=False,
+        description="start no earlier than this time (RFC 3339, with its offset); the task waits until then "
+        "(state waiting) without a worker. Not with delay_seconds",
+    )
+    delay_seconds: float | None = Field(
+        None, ge=0, le=MAX_START_DELAY_SECONDS, description="start this many seconds from now; not with run_at"
+    )
+
+    @field_validator("run_at", mode="before")
+    @classmethod
+    def _rfc_3339(cls, value):
+        # Not strict, pydantic would also take a number as seconds since 1970.
+        if value is not None and not isinstance(value, str):
+            raise ValueError("run_at is an RFC 3339 time, e.g. 2030-01-01T03:00:00+01:00")
+        return value
+
+    @model_validator(mode="after")
+    def _one_start(self):
+        if self.run_at is not None and self.delay_seconds is not None:
+            raise ValueError("give run_at or delay_seconds, not both")
+        return self
+
+
+class TaskBatchItemIn(TaskCreateIn):
+    idempotency_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        pattern=r"^[\x20-\x7E]{1,255}$",
+        description="as the Idempotency-Key header of a single submission, for this item alone",
+    )
+
+
+class TaskBatchIn(Schema):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    items: list[TaskBatchItemIn] = Field(min_length=1, max_length=MAX_BATCH_ITEMS, description="the tasks, in order")
+    atomic: bool = Field(False, description="true: one bad item refuses the whole batch (a 422) and stores nothing")
 
 
 class CancelIn(Schema):
     model_config = ConfigDict(strict=True, extra="forbid")
 
     reason: str | None = Field(None, max_length=1000, description="why; kept with the task and in the audit log")
+
+
+class WaitingOut(Schema):
+    for_: Literal["start"] = Field(alias="for", description="what the task waits for: start, its start time")
+    name: str | None = Field(description="the signal's or the wait's name (none for a start)")
+    until: datetime | None = Field(description="when it stops waiting: its start")
 
 
 class CancelOut(Schema):
@@ -74,6 +123,7 @@ class TaskOut(Schema):
     result: Any = Field(description="the last step's output, once succeeded")
     failure: FailureOut | None
     cancel: CancelOut | None = Field(description="set once a cancel was requested")
+    waiting: WaitingOut | None = Field(description="set while the task waits (state waiting)")
     deadline: datetime | None
     created_at: datetime
     updated_at: datetime
@@ -86,6 +136,7 @@ class TaskSummaryOut(Schema):
     current_step: str | None
     failure: FailureOut | None
     cancel: CancelOut | None
+    waiting: WaitingOut | None
     deadline: datetime | None
     created_at: datetime
     updated_at: datetime
@@ -115,3 +166,15 @@ class ErrorBody(Schema):
 
 class ErrorOut(Schema):
     error: ErrorBody
+
+
+class BatchItemOut(Schema):
+    index: int = Field(description="the item's place in the request")
+    status: int = Field(description="what a single submission of the item would have answered: 201, or an error's")
+    replayed: bool = Field(description="the item's key named an earlier task: that task's first answer")
+    task: TaskOut | None
+    error: ErrorBody | None
+
+
+class TaskBatchOut(Schema):
+    items: list[BatchItemOut]

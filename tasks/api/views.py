@@ -14,26 +14,22 @@ from ninja.errors import ValidationError as NinjaValidationError
 from ninja.security import HttpBearer
 from pydantic import ValidationError as PydanticValidationError
 
-from tasks.api.errors import ApiError, error_response, json_bytes
+from tasks.api.errors import ApiError, engine_error_status, error_response, json_bytes
 from tasks.api.parser import StrictJsonParser, chunked_bodies, payload_too_large, read_json_body
 from tasks.api.schemas import (
     CancelIn,
     ErrorOut,
     IdempotencyRecordOut,
+    TaskBatchIn,
+    TaskBatchOut,
     TaskCreateIn,
     TaskOut,
     TaskPageOut,
     TaskStateName,
 )
-from tasks.api.services import api_task_cancel, api_task_submit
+from tasks.api.services import api_task_cancel, api_task_submit, api_task_submit_many
 from tasks.exceptions import (
-    IdempotencyKeyInUse,
-    IdempotencyKeyReused,
-    InvalidTaskInput,
     ReliabilityError,
-    TaskNotActionable,
-    TaskNotCancellable,
-    UnknownPipeline,
 )
 from tasks.lifecycle.clients import api_client_authenticate
 from tasks.selectors import (
@@ -91,6 +87,7 @@ api.add_decorator(chunked_bodies, mode="view")
 @api.post(
     "/tasks",
     response={201: TaskOut, **ERRORS},
+    by_alias=True,  # a task's "waiting" has the field "for", a Python keyword: WaitingOut names it by alias
     summary="Submit a task",
     description="With an `Idempotency-Key`, a repeat of the same request answers the first response again "
     "(header `Idempotent-Replayed: true`); the same key with another body is a 422; a repeat while the first "
@@ -110,7 +107,34 @@ def create_task(
     return response
 
 
-@api.get("/tasks/{task_id}", response={200: TaskOut, **ERRORS}, summary="One task with its steps")
+@api.post(
+    "/tasks/batch",
+    response={200: TaskBatchOut, **ERRORS},
+    by_alias=True,
+    summary="Submit up to 1,000 tasks at once",
+    description="Each item is a submission of its own, in one transaction: its validation, its `idempotency_key` "
+    "(replayed as a single submission's `Idempotency-Key` would be, and shared with them), and its answer at its "
+    "place in `items` (`status` is what a single submission would have answered). A bad item refuses only "
+    'itself; with `"atomic": true` it refuses the batch (a 422 `batch_refused` naming the bad items) and '
+    "nothing is stored. The request's own `Idempotency-Key` header is refused: each item has its key.",
+)
+def create_task_batch(
+    request: HttpRequest,
+    payload: TaskBatchIn,
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
+):
+    if idempotency_key is not None:
+        raise ApiError(
+            400,
+            "idempotency_key_per_item",
+            "a batch has no Idempotency-Key of its own: give each item its idempotency_key",
+        )
+    body = payload.model_dump()
+    body = api_task_submit_many(client=request.auth, items=body["items"], atomic=body["atomic"])
+    return HttpResponse(body, status=200, content_type="application/json")
+
+
+@api.get("/tasks/{task_id}", response={200: TaskOut, **ERRORS}, summary="One task with its steps", by_alias=True)
 def get_task(request: HttpRequest, task_id: str):
     task = task_for_client(client=request.auth, task_id=task_id)
     if task is None:
@@ -124,6 +148,7 @@ CANCEL_BODY = {"required": False, "content": {"application/json": {"schema": Can
 @api.post(
     "/tasks/{task_id}/cancel",
     response={200: TaskOut, 202: TaskOut, **ERRORS},
+    by_alias=True,
     summary="Cancel a task",
     description="A queued or retry-scheduled task is cancelled at once (its completed steps compensated); a "
     "running one stops at its next step boundary, or sooner if it is waiting. 202 while the cancel is under "
@@ -148,7 +173,7 @@ def cancel_task(request: HttpRequest, task_id: str):
     return HttpResponse(body, status=status, content_type="application/json")
 
 
-@api.get("/tasks", response={200: TaskPageOut, **ERRORS}, summary="The client's tasks, newest first")
+@api.get("/tasks", response={200: TaskPageOut, **ERRORS}, summary="The client's tasks, newest first", by_alias=True)
 def list_tasks(
     request: HttpRequest,
     state: TaskStateName | None = Query(None),
@@ -191,15 +216,6 @@ def _json(value) -> HttpResponse:
 
 # --- errors: one shape, stable codes, never a traceback --------------------------
 
-ENGINE_ERRORS: dict[type[ReliabilityError], tuple[int, str]] = {
-    UnknownPipeline: (422, "unknown_pipeline"),
-    InvalidTaskInput: (400, "validation_error"),
-    IdempotencyKeyReused: (422, "idempotency_key_reused"),
-    IdempotencyKeyInUse: (409, "idempotency_key_in_use"),
-    TaskNotCancellable: (409, "task_not_cancellable"),
-    TaskNotActionable: (404, "not_found"),
-}
-
 
 @api.exception_handler(ApiError)
 def on_api_error(request, exc: ApiError):
@@ -208,13 +224,13 @@ def on_api_error(request, exc: ApiError):
 
 @api.exception_handler(ReliabilityError)
 def on_engine_error(request, exc: ReliabilityError):
-    for error_type, (status, code) in ENGINE_ERRORS.items():
-        if isinstance(exc, error_type):
-            response = error_response(status, code, exc.message, exc.details or None)
-            if status == 409:
-                response["Retry-After"] = "1"
-            return response
-    return on_unexpected(request, exc)
+    status, code = engine_error_status(exc)
+    if status == 500:
+        return on_unexpected(request, exc)
+    response = error_response(status, code, exc.message, exc.details or None)
+    if status == 409:
+        response["Retry-After"] = "1"
+    return response
 
 
 @api.exception_handler(NinjaValidationError)

@@ -3,7 +3,7 @@
 A cancel is written once, on the task's row (``cancel_requested_at``, by
 whom, why), in a transaction that holds the row lock:
 
-- a QUEUED (held or not) or RETRY_SCHEDULED task is cancelled at once
+- a QUEUED (held or not), RETRY_SCHEDULED or WAITING task is cancelled at once
   (``tasks.lifecycle.outcomes.task_cancelled``): no step of it runs again, and its
   completed steps are compensated (or it is parked, as its pipeline's
   ``on_cancel`` says); a job still in Redis for it finds nothing to do;
@@ -46,7 +46,7 @@ cancel_requested = Signal()
 CANCEL_COMMAND = "cancel-task"
 CANCEL_REASON_MAX_LENGTH = 1000
 # Cancelled right away: nothing of the task is running.
-CANCELLED_AT_ONCE = (TaskState.QUEUED, TaskState.RETRY_SCHEDULED)
+CANCELLED_AT_ONCE = (TaskState.QUEUED, TaskState.RETRY_SCHEDULED, TaskState.WAITING)
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,21 @@ import json
 import logging
 import time
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models.functions import Now
+from django.utils import timezone
 
-from tasks import limits
+from tasks import limits, registry
 from tasks.claim import Claim, lease_seconds
 from tasks.exceptions import LeaseLost
-from tasks.lifecycle.fenced_writes import one_statement, task_save_fenced
+from tasks.lifecycle.fenced_writes import (
+    PARAMETER,
+    cast_type,
+    execute_statement,
+    one_statement,
+    prepared_form,
+    task_save_fenced,
+)
 from tasks.lifecycle.holds import TASK_HOLD_FIELDS, task_hold
 from tasks.limits_policy import OPEN_GATE, ControlValues, Gate
 from tasks.models import Checkpoint, PipelineControl, Task, TaskHold, TaskState
@@ -63,6 +71,14 @@ CLAIM_FIELDS = TASK_HOLD_FIELDS
 
 
 def _claim_once(*, task_id: str, owner: str) -> Claim | None:
+    if one_statement():
+        task = _claim_plain(task_id=task_id, owner=owner)
+        if task is not None:
+            return _claimed(task, owner, OPEN_GATE)
+    return _claim_read_then_write(task_id=task_id, owner=owner)
+
+
+def _claim_read_then_write(*, task_id: str, owner: str) -> Claim | None:
     # Two round trips: read the row (with the database's clock and, on
     # PostgreSQL, the checkpoints), then one conditional update on the state
     # and token that were read. A concurrent claim or a takeover in between
@@ -73,11 +89,10 @@ def _claim_once(*, task_id: str, owner: str) -> Claim | None:
     if task is None:
         return None
     deadline_passed = task.deadline is not None and task.deadline <= task.db_now
-    # A retry waits for its time; so does a later start (run_after), which has no job until the sweeper
-    # releases it: a delivery before its time (a duplicate, a job an operator re-queued) leaves it alone.
-    waits_for_its_time = task.state == TaskState.RETRY_SCHEDULED or (
-        task.state == TaskState.QUEUED and task.hold == TaskHold.START_TIME
-    )
+    # A retry waits for its time: one delivered a little early waits for it. A WAITING task (a later start) has no
+    # job until the sweeper wakes it: a delivery meanwhile (a duplicate, a job an operator re-queued) finds nothing
+    # to claim below and leaves it alone.
+    waits_for_its_time = task.state == TaskState.RETRY_SCHEDULED
     if waits_for_its_time and task.retry_at is not None and task.retry_at > task.db_now:
         if not deadline_passed and not task.is_cancelled:
             raise _TooEarly((task.retry_at - task.db_now).total_seconds())
@@ -104,6 +119,10 @@ def _claim_once(*, task_id: str, owner: str) -> Claim | None:
             return None
     else:
         return None
+    return _claimed(task, owner, gate)
+
+
+def _claimed(task: Task, owner: str, gate: Gate) -> Claim:
     task.run_gate = gate
     checkpoints = task.checkpoints_read
     if checkpoints is None:
@@ -127,6 +146,92 @@ def _claim_once(*, task_id: str, owner: str) -> Claim | None:
         completed=[name for _, name, _ in checkpoints],
         gate=gate,
     )
+
+
+def _claim_plain(*, task_id: str, owner: str) -> Task | None:
+    """The common case in one statement: a task that is queued and nothing else, claimed; None for any other.
+
+    Nothing else means: no hold, no cancel requested, its deadline not
+    passed, its pipeline not paused and without limits (declared or set in
+    the console). Those are the cases where the two-step path would claim
+    without a further read, so the result is the same; everything else
+    (a retry, a hold, a paused or limited pipeline, a compensation, a
+    duplicate delivery of a running task) matches nothing here and takes
+    that path. Two deliveries of one task race on the row: the second
+    re-checks the guard after the first committed and matches nothing.
+    """
+    statement, columns, converters = _plain_claim_statement()
+    limited = sorted(
+        pipeline.name for pipeline in registry.all_pipelines() if pipeline.max_concurrency or pipeline.rate_limit
+    )
+    params = [
+        TaskState.RUNNING.value,
+        owner,
+        lease_seconds(),
+        timezone.now(),
+        Task._meta.pk.get_db_prep_value(task_id, connection),
+        TaskState.QUEUED.value,
+        TaskHold.NONE.value,
+        limited,
+    ]
+    row = execute_statement(connections[DEFAULT_DB_ALIAS], statement, params)
+    if row is None:
+        return None
+    task, (db_now, triples) = _task_of_row(row, columns, converters)
+    task.db_now = db_now
+    task.checkpoints_read = _checkpoints_of(triples)
+    return task
+
+
+@functools.cache
+def _plain_claim_statement():
+    """The one-statement claim (``_claim_plain``): what ``Task.claim`` changes, guarded by what makes it plain."""
+    columns, converters, _ = _claim_read()
+    q = connection.ops.quote_name
+    table, checkpoints = q(Task._meta.db_table), q(Checkpoint._meta.db_table)
+    controls = q(PipelineControl._meta.db_table)
+    p = PARAMETER
+
+    def column(name: str) -> str:
+        return f"{table}.{q(Task._meta.get_field(name).column)}"
+
+    sets = {
+        "state": p,
+        "lease_owner": p,
+        "lease_expires_at": f"STATEMENT_TIMESTAMP() + make_interval(secs => CAST({p} AS double precision))",
+        "fencing_token": f"{column('fencing_token')} + 1",
+        "step_attempt": f"{column('step_attempt')} + 1",
+        "total_attempts": f"{column('total_attempts')} + 1",
+        "hold": "''",
+        "retry_at": "NULL",
+        "updated_at": p,
+    }
+    # Task.claim's changes, here as SQL (tests/integration/test_plain_claim.py compares the two field by field).
+    # A console override that sets no limit and no pause leaves the pipeline plain, as gate_for reads it.
+    control_holds = (
+        f"SELECT 1 FROM {controls} pc WHERE pc.{q('pipeline')} = {column('pipeline')} AND (pc.{q('paused')} "
+        f"OR (pc.{q('concurrency_overridden')} AND COALESCE(pc.{q('max_concurrency')}, 0) > 0) "
+        f"OR (pc.{q('rate_overridden')} AND pc.{q('rate_limit')} <> ''))"
+    )
+    guard = (
+        f"{column('state')} = {p} AND {column('hold')} = {p} AND {column('cancel_requested_at')} IS NULL "
+        f"AND ({column('deadline')} IS NULL OR {column('deadline')} > STATEMENT_TIMESTAMP()) "
+        f"AND {column('pipeline')} <> ALL(CAST({p} AS text[])) AND NOT EXISTS ({control_holds})"
+    )
+    fields = Task._meta.concrete_fields
+    sql = (
+        f"UPDATE {table} SET "
+        + ", ".join(f"{q(Task._meta.get_field(name).column)} = {value}" for name, value in sets.items())
+        # "(guard) IS TRUE": the row is found by its key, not by an index on the state (as in fenced writes).
+        + f" WHERE {column('id')} = {p} AND ({guard}) IS TRUE RETURNING "
+        + ", ".join(f"{table}.{q(field.column)}" for field in fields)
+        + ", STATEMENT_TIMESTAMP(), "
+        f"(SELECT jsonb_agg(jsonb_build_array(c.{q('step_index')}, c.{q('step_name')}, c.{q('output')})) "
+        f"FROM {checkpoints} c WHERE c.{q('task_id')} = {column('id')})"
+    )
+    types = ("text", "text", "double precision", "timestamp with time zone", cast_type(Task._meta.pk), "text", "text")
+    result_types = (*(field.db_type(connection) for field in fields), "timestamp with time zone", "jsonb")
+    return prepared_form(sql, types=(*types, "text[]"), result_types=result_types), columns, converters
 
 
 def _claim_save(task: Task) -> bool:
@@ -180,18 +285,28 @@ def _task_for_claim(task_id: str) -> Task | None:
         row = cursor.fetchone()
     if row is None:
         return None
+    task, (db_now, triples, control) = _task_of_row(row, columns, converters)
+    task.db_now = db_now
+    if isinstance(control, str):
+        control = json.loads(control)
+    task.checkpoints_read = _checkpoints_of(triples)
+    task.control_read = ControlValues.from_row(control)
+    return task
+
+
+def _task_of_row(row: tuple, columns: list[str], converters: list) -> tuple[Task, tuple]:
+    """The task in the first ``len(columns)`` values of ``row`` (as the ORM would load it), and the rest of it."""
     values = list(row[: len(columns)])
     for index, column, convert in converters:
         values[index] = convert(values[index], column, connection)
-    task = Task.from_db(connection.alias, columns, values)
-    task.db_now, triples, control = row[len(columns) :]
+    return Task.from_db(connection.alias, columns, values), row[len(columns) :]
+
+
+def _checkpoints_of(triples) -> list[tuple]:
+    """(step index, step name, output) of each checkpoint, from the query's ``jsonb_agg`` (text on some drivers)."""
     if isinstance(triples, str):
         triples = json.loads(triples)
-    if isinstance(control, str):
-        control = json.loads(control)
-    task.checkpoints_read = [tuple(checkpoint) for checkpoint in triples or ()]
-    task.control_read = ControlValues.from_row(control)
-    return task
+    return [tuple(checkpoint) for checkpoint in triples or ()]
 
 
 @functools.cache

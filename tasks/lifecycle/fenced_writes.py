@@ -24,11 +24,13 @@ saves about a quarter of a step write. A prepared statement is session
 state, and a transaction pooler (PgBouncer in ``pool_mode = transaction``)
 hands each transaction whichever server session is free, where the name is
 missing or already taken. So with ``DATABASE_POOLER=transaction`` the same
-statement is sent with its parameters each time and nothing relies on the
-session. A process that meets a pooler it was not told about (a prepared
-name missing or taken) says so in its log and sends plain statements from
-then on; the write that met it fails as any bookkeeping error does, and the
-lease hands the task on (``tasks.attempts``).
+statement runs as a PL/pgSQL function made of it (a database object, created
+once; PL/pgSQL caches its plan per server session, which the pooler keeps),
+or, where the user may not create functions, is sent with its parameters
+each time; nothing relies on the session. A process that meets a pooler it
+was not told about (a prepared name missing or taken) says so in its log and
+goes the pooler's way from then on; the write that met it fails as any
+bookkeeping error does, and the lease hands the task on (``tasks.attempts``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from datetime import datetime
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, models, transaction
 from django.db.models.sql import UpdateQuery
+from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
 from tasks.conf import engine_settings
@@ -73,12 +76,27 @@ class BoundarySignals:
 NO_SIGNALS = BoundarySignals()
 
 
+@dataclass(frozen=True)
+class NewRow:
+    """A row to insert as its fields' values, without a model instance (a step writes two or more per step).
+
+    Fields not in ``values`` take what a new instance would: ``auto_now``/``auto_now_add`` the current time,
+    else the field's default.
+    """
+
+    model: type[models.Model]
+    values: dict
+
+    def instance(self) -> models.Model:
+        return self.model(**self.values)
+
+
 def task_save_fenced(
     task: Task,
     fields: Sequence[str],
     *,
-    rows: Sequence[models.Model] = (),
-    rows_ignoring_conflicts: Sequence[models.Model] = (),
+    rows: Sequence[models.Model | NewRow] = (),
+    rows_ignoring_conflicts: Sequence[models.Model | NewRow] = (),
     signals: bool = False,
 ) -> None:
     """Save ``fields`` of ``task`` and insert ``rows``, all or nothing; ``LeaseLost`` when the guard fails.
@@ -97,14 +115,13 @@ def task_save_fenced(
     state, token = task.fencing_guard()
     values = []
     expressions = []
-    for name in fields:
-        field = Task._meta.get_field(name)
+    for field, to_db in _task_fields(tuple(fields)):
         value = field.pre_save(task, add=False)  # auto_now fields take the current time, as in save()
         if hasattr(value, "resolve_expression"):
             expressions.append(_compile(value))
         else:
             expressions.append(None)
-            values.append(_to_db(field)(value, db))
+            values.append(to_db(value, db))
     groups = _by_model(rows)
     kept_groups = _by_model(rows_ignoring_conflicts)
     statement = _statement(
@@ -118,11 +135,24 @@ def task_save_fenced(
     params = [*values, task.pk, state]
     if token is not None:
         params.append(token)
+    now = None
     for model, group in groups + kept_groups:
         prepare = _insert_fields(model)
         for row in group:
-            params += [to_db(field.pre_save(row, add=True), db) for field, to_db in prepare]
-    written = _execute(db, statement, params)
+            if not isinstance(row, NewRow):
+                params += [to_db(field.pre_save(row, add=True), db) for field, to_db in prepare]
+                continue
+            values = row.values
+            for field, to_db in prepare:
+                if field.attname in values:
+                    value = values[field.attname]
+                elif getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
+                    now = now or timezone.now()
+                    value = now
+                else:
+                    value = field.get_default()
+                params.append(to_db(value, db))
+    written = execute_statement(db, statement, params)
     if written is None:
         raise LeaseLost(f"task {task.pk}: a newer lease holder or state exists")
     returned = written[1:]
@@ -153,9 +183,13 @@ def _save_with_orm(task: Task, fields, rows, rows_ignoring_conflicts) -> None:
     with transaction.atomic():
         task_save_guarded(task, fields)
         for model, group in _by_model(rows):
-            model.objects.bulk_create(group)
+            model.objects.bulk_create([_instance(row) for row in group])
         for model, group in _by_model(rows_ignoring_conflicts):
-            model.objects.bulk_create(group, ignore_conflicts=True)
+            model.objects.bulk_create([_instance(row) for row in group], ignore_conflicts=True)
+
+
+def _instance(row: models.Model | NewRow) -> models.Model:
+    return row.instance() if isinstance(row, NewRow) else row
 
 
 @dataclass(frozen=True)
@@ -165,13 +199,20 @@ class _Statement:
     execute_sql: str  # EXECUTE name(%s, ...)
     plain_sql: str  # the statement itself, %s placeholders in the order of the parameters
     returned: tuple[models.Field, ...]
+    # The same statement as a stored function (behind a transaction pooler): its CREATE and its call, each
+    # parameter cast to the function's argument type. Empty when the builder gave no types.
+    function_sql: str = ""
+    call_sql: str = ""
 
 
 # One statement text per shape of write (fields, literal expressions, row counts): a handful per process.
 @functools.lru_cache(maxsize=256)
 def _statement(fields, expressions, fenced: bool, row_shape, kept_shape, signals: bool = False) -> _Statement:
-    def param(cast: str = "") -> str:
-        return f"CAST({_PARAMETER} AS {cast})" if cast else _PARAMETER
+    types: list[str] = []  # each parameter's type, in order (for the stored function's arguments)
+
+    def param(db_type: str, cast: bool = False) -> str:
+        types.append(db_type)
+        return f"CAST({PARAMETER} AS {db_type})" if cast else PARAMETER
 
     table = Task._meta.db_table
     sets = []
@@ -179,14 +220,14 @@ def _statement(fields, expressions, fenced: bool, row_shape, kept_shape, signals
     for name, expression in zip(fields, expressions, strict=True):
         field = Task._meta.get_field(name)
         if expression is None:
-            sets.append(f"{_q(field.column)} = {param()}")
+            sets.append(f"{_q(field.column)} = {param(cast_type(field))}")
         else:
             sets.append(f"{_q(field.column)} = {expression}")
             returned.append(field)
-    where = f"{_q(Task._meta.pk.column)} = {param()}"
-    guard = f"{_q(Task._meta.get_field('state').column)} = {param()}"
+    where = f"{_q(Task._meta.pk.column)} = {param(cast_type(Task._meta.pk))}"
+    guard = f"{_q(Task._meta.get_field('state').column)} = {param('text')}"
     if fenced:
-        guard += f" AND {_q(Task._meta.get_field('fencing_token').column)} = {param()}"
+        guard += f" AND {_q(Task._meta.get_field('fencing_token').column)} = {param('bigint')}"
     # "(guard) IS TRUE" filters the row the primary key finds: written as
     # plain conditions, the planner may use an index on state instead and
     # walk every running task (and its dead versions) on each step.
@@ -210,24 +251,48 @@ def _statement(fields, expressions, fenced: bool, row_shape, kept_shape, signals
             # Parameters of INSERT ... SELECT are not typed by their target
             # columns (as in VALUES): each is cast to its column's type. Text
             # goes as text (a cast to varchar(n) would silently truncate).
-            casts = [_cast_type(field) for field in fields_of_row]
-            values = ", ".join("(" + ", ".join(param(cast) for cast in casts) + ")" for _ in range(count))
+            casts = [cast_type(field) for field in fields_of_row]
+            values = ", ".join("(" + ", ".join(param(cast, cast=True) for cast in casts) + ")" for _ in range(count))
             parts.append(
                 f"{prefix}_{len(parts)} AS (INSERT INTO {_q(model._meta.db_table)} ({columns}) "
                 f"SELECT v.* FROM fenced CROSS JOIN (VALUES {values}) AS v{conflict})"
             )
+    # The columns' own types: RETURN QUERY takes no other (varchar is not text there).
+    result_types = [Task._meta.pk.db_type(connection), *(field.db_type(connection) for field in returned)]
+    if signals:
+        result_types += ["boolean", "boolean"]
     sql = f"WITH {', '.join(parts)} SELECT {returning} FROM fenced"
-    pieces = sql.split(_PARAMETER)
+    return prepared_form(sql, tuple(returned), types=tuple(types), result_types=tuple(result_types))
+
+
+def prepared_form(sql: str, returned: tuple = (), *, types: tuple = (), result_types: tuple = ()) -> _Statement:
+    """A statement written with ``PARAMETER`` for each parameter, in its prepared and its plain form, and with
+    its parameters' ``types`` and its columns' ``result_types``, as a stored function too."""
+    pieces = sql.split(PARAMETER)
     numbered = pieces[0] + "".join(f"${number}{piece}" for number, piece in enumerate(pieces[1:], start=1))
     # An inlined literal's "%" would read as a placeholder in the plain form.
     plain = "%s".join(piece.replace("%", "%%") for piece in pieces)
     name = "rc_fenced_" + hashlib.sha1(numbered.encode()).hexdigest()[:20]
     arguments = ", ".join(["%s"] * (len(pieces) - 1))
-    return _Statement(name, f"PREPARE {name} AS {numbered}", f"EXECUTE {name}({arguments})", plain, tuple(returned))
+    function_sql = call_sql = ""
+    if types and result_types:
+        if len(types) != len(pieces) - 1:
+            raise ValueError(f"{len(types)} parameter types for {len(pieces) - 1} parameters")
+        # The body is the statement itself ($n are the function's arguments). Its columns are named rc_out_n:
+        # a name of a column it reads would be ambiguous with them in PL/pgSQL.
+        outputs = ", ".join(f"rc_out_{number} {kind}" for number, kind in enumerate(result_types, start=1))
+        body = f"BEGIN RETURN QUERY {numbered}; END"
+        signature = f"{', '.join(types)}) RETURNS TABLE ({outputs}) LANGUAGE plpgsql VOLATILE AS $rc_fn$ {body} $rc_fn$"
+        function = "rc_fn_" + hashlib.sha1(signature.encode()).hexdigest()[:20]
+        function_sql = f"CREATE OR REPLACE FUNCTION {function}({signature}"
+        call_sql = f"SELECT * FROM {function}({', '.join(f'CAST(%s AS {kind})' for kind in types)})"
+    return _Statement(
+        name, f"PREPARE {name} AS {numbered}", f"EXECUTE {name}({arguments})", plain, returned, function_sql, call_sql
+    )
 
 
 # Stands for a parameter while a statement is built; no SQL text contains it.
-_PARAMETER = "\ue000"
+PARAMETER = "\ue000"
 # The statements prepared on each server connection (a new connection starts with none).
 _prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # SQLSTATEs of "prepared statement does not exist" and "... already exists": a pooler between us and the server.
@@ -248,11 +313,24 @@ def prepared_statements() -> bool:
     )
 
 
-def _execute(db, statement: _Statement, params: list) -> tuple | None:
+def execute_statement(db, statement: _Statement, params: list) -> tuple | None:
+    """Run ``statement`` (prepared once per session where that holds, else plain); its first row or None."""
     global _pooler_seen
     with db.cursor() as cursor:
         if not prepared_statements():
-            cursor.execute(statement.plain_sql, params)
+            if not (statement.call_sql and _function_ready(db, cursor, statement)):
+                cursor.execute(statement.plain_sql, params)
+                return cursor.fetchone()
+            try:
+                cursor.execute(statement.call_sql, params)
+            except DatabaseError as exc:
+                if sqlstate(exc) != UNDEFINED_FUNCTION:
+                    raise
+                # Dropped since this process made it (a restored database, a clean-up): made again.
+                _functions.discard(statement.call_sql)
+                if db.in_atomic_block or not _function_ready(db, cursor, statement):
+                    raise
+                cursor.execute(statement.call_sql, params)
             return cursor.fetchone()
         prepared = _prepared.setdefault(db.connection, set())
         try:
@@ -280,6 +358,56 @@ def _execute(db, statement: _Statement, params: list) -> tuple | None:
         return cursor.fetchone()
 
 
+# Behind a transaction pooler nothing prepared outlives a transaction, so a plain statement is parsed and
+# planned on every step. A PL/pgSQL function's plans are cached per server session, which the pooler keeps: the
+# statement as a function gives back the prepared statement's saving (`make bench` measures both). A function
+# is a database object, created by the first process that needs it (CREATE OR REPLACE, idempotent, named by a
+# hash of its text: a changed shape is a new function). The functions this process created or found.
+_functions: set[str] = set()
+# Set when the database refused to create one (no CREATE privilege on the schema): plain statements from then on.
+_functions_refused = False
+# SQLSTATEs: the function is missing (dropped, a restored database); the user may not create one.
+UNDEFINED_FUNCTION = "42883"
+INSUFFICIENT_PRIVILEGE = "42501"
+# Another process created the same function at the same moment: pg_proc's unique index ("duplicate key"), or
+# "tuple concurrently updated" when both replaced it. Either way it exists now.
+CONCURRENTLY_CREATED = frozenset({"23505", "XX000"})
+
+
+def stored_functions() -> bool:
+    """Whether a write behind a pooler goes through a stored function (else as a plain statement)."""
+    return engine_settings.DATABASE_STORED_FUNCTIONS and not _functions_refused
+
+
+def _function_ready(db, cursor, statement: _Statement) -> bool:
+    """Whether ``statement``'s function may be called now: known to exist, or created here and now."""
+    global _functions_refused
+    if not stored_functions():
+        return False
+    if statement.call_sql in _functions:
+        return True
+    if db.in_atomic_block:
+        return False  # a CREATE would join the caller's transaction (and die with it): plain this time
+    try:
+        cursor.execute(statement.function_sql)
+    except DatabaseError as exc:
+        code = sqlstate(exc)
+        if code == INSUFFICIENT_PRIVILEGE:
+            _functions_refused = True
+            logger.warning(
+                "the database user may not create functions: writes behind the pooler are sent as plain statements",
+                extra={
+                    "event": "stored_functions_refused",
+                    "hint": "grant CREATE on the schema, or set RELIABILITY_DATABASE_STORED_FUNCTIONS=0",
+                },
+            )
+            return False
+        if code not in CONCURRENTLY_CREATED:
+            raise
+    _functions.add(statement.call_sql)
+    return True
+
+
 @functools.lru_cache(maxsize=64)
 def _compile(expression) -> str:
     """An expression's SQL with its parameters inlined (a literal: the statement's text is then fixed per shape)."""
@@ -289,6 +417,12 @@ def _compile(expression) -> str:
     # Django's own literal rendering: a psycopg2 cursor's mogrify returns bytes, psycopg 3's cursors other than
     # ClientCursor have none.
     return connection.ops.compose_sql(sql, params)
+
+
+@functools.lru_cache(maxsize=64)
+def _task_fields(names: tuple[str, ...]) -> tuple[tuple[models.Field, Callable], ...]:
+    """The task's fields of a write, each with its conversion: looked up once per shape, not on every step."""
+    return tuple((field, _to_db(field)) for field in (Task._meta.get_field(name) for name in names))
 
 
 @functools.cache
@@ -336,15 +470,16 @@ def _to_db(field: models.Field) -> Callable:
     return to_db
 
 
-def _cast_type(field: models.Field) -> str:
+def cast_type(field: models.Field) -> str:
+    """The SQL type a parameter of ``field`` is sent as (text for any string: a varchar(n) cast truncates)."""
     db_type = field.db_type(connection)
     return "text" if db_type.startswith(("varchar", "text")) else db_type
 
 
-def _by_model(rows: Sequence[models.Model]) -> list[tuple[type[models.Model], list[models.Model]]]:
-    groups: dict[type[models.Model], list[models.Model]] = {}
+def _by_model(rows: Sequence) -> list[tuple[type[models.Model], list]]:
+    groups: dict[type[models.Model], list] = {}
     for row in rows:
-        groups.setdefault(type(row), []).append(row)
+        groups.setdefault(row.model if isinstance(row, NewRow) else type(row), []).append(row)
     return list(groups.items())
 
 

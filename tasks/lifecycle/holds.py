@@ -2,7 +2,7 @@
 
 The one writer of ``Task.hold``: a claim or a step boundary holds a task back (paused, concurrency, rate,
 ``tasks.limits`` decides), and a release delivers it again: the run that frees a slot, a resume, a rate
-permit's time, a later start's time (``run_after``), and the sweeper's pass over every pipeline with held
+permit's time, and the sweeper's pass over every pipeline with held
 tasks, which catches anything the others missed. Every release is re-checked by the claim: a released task
 that still cannot start is held again.
 """
@@ -106,11 +106,10 @@ def held_tasks_release(
     holds: Iterable[str],
     limit: int,
     overdue_only: bool = False,
-    grace: timedelta = limits.RATE_RELEASE_GRACE,
 ) -> int:
     """Deliver up to ``limit`` of ``pipeline``'s tasks held for ``holds``, longest held first; how many.
 
-    ``overdue_only``: only tasks whose start time (``retry_at``) is ``grace``
+    ``overdue_only``: only tasks whose start time (``retry_at``) is ``limits.RATE_RELEASE_GRACE``
     past. Each released task is delivered after commit and claimed as any
     other, so one that still cannot start is held again.
     """
@@ -118,7 +117,7 @@ def held_tasks_release(
         return 0
     held = Task.objects.filter(state=TaskState.QUEUED, pipeline=pipeline, hold__in=list(holds))
     if overdue_only:
-        held = held.filter(retry_at__lte=Now() - grace)
+        held = held.filter(retry_at__lte=Now() - limits.RATE_RELEASE_GRACE)
     with transaction.atomic():
         rows = list(
             held.order_by("updated_at", "pk")
@@ -194,9 +193,7 @@ def held_tasks_sweep() -> int:
     Per pipeline with held tasks: those past their deadline (the claim fails
     them, whatever holds the pipeline: deadlines keep running), those
     held for pause or concurrency that the gate lets start, rate-held
-    ones whose scheduled delivery is overdue, and those submitted with a
-    later start whose time has come (the sweeper is their only delivery:
-    no job waits in RQ's scheduler for them).
+    ones whose scheduled delivery is overdue.
     """
     released = 0
     held = Task.objects.filter(state=TaskState.QUEUED).exclude(hold=TaskHold.NONE)
@@ -218,14 +215,6 @@ def held_tasks_sweep() -> int:
             released += held_tasks_release(
                 pipeline=pipeline, holds=[TaskHold.RATE], limit=limits.RELEASE_BATCH_SIZE, overdue_only=True
             )
-        # Whatever the gate says: a released task's claim holds it again for pause or a limit.
-        released += held_tasks_release(
-            pipeline=pipeline,
-            holds=[TaskHold.START_TIME],
-            limit=limits.RELEASE_BATCH_SIZE,
-            overdue_only=True,
-            grace=timedelta(0),
-        )
     return released
 
 

@@ -14,6 +14,7 @@ from tasks.models.task import (
     Task,
     TaskHold,
     TaskState,
+    WaitKind,
     lease_expiry,
 )
 
@@ -43,5 +44,6 @@ __all__ = [
     "Task",
     "TaskHold",
     "TaskState",
+    "WaitKind",
     "lease_expiry",
 ]

@@ -56,7 +56,8 @@ class StepAttempt(models.Model):
         ordering = ["started_at", "id"]
         indexes = [
             models.Index(fields=["task", "kind", "step_index"], name="attempt_task_step_idx"),
-            models.Index(fields=["error_code"], name="attempt_error_code_idx"),
+            # Failed attempts only: most attempts succeed, and a success would add an entry no one looks up.
+            models.Index(fields=["error_code"], name="attempt_error_code_idx", condition=~models.Q(error_code="")),
         ]
 
     def __str__(self) -> str:

@@ -25,6 +25,8 @@ class TaskState(models.TextChoices):
     QUEUED = "queued", _("queued")
     RUNNING = "running", _("running")
     RETRY_SCHEDULED = "retry_scheduled", _("retry scheduled")
+    # Without a job, a lease or a worker until its time (``wait_for`` says for what; ``retry_at`` when).
+    WAITING = "waiting", _("waiting")
     SUCCEEDED = "succeeded", _("succeeded")
     FAILED = "failed", _("failed")
     COMPENSATING = "compensating", _("compensating")
@@ -39,7 +41,7 @@ TERMINAL_STATES = frozenset(
     {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.COMPENSATED, TaskState.COMPENSATION_FAILED, TaskState.CANCELLED}
 )
 # States a cancel acts on at once (nothing of the task is running) or at the next step boundary (running).
-CANCELLABLE_STATES = (TaskState.QUEUED, TaskState.RETRY_SCHEDULED, TaskState.RUNNING)
+CANCELLABLE_STATES = (TaskState.QUEUED, TaskState.RETRY_SCHEDULED, TaskState.WAITING, TaskState.RUNNING)
 LEASED_STATES = (TaskState.RUNNING, TaskState.COMPENSATING)
 
 
@@ -62,8 +64,14 @@ class TaskHold(models.TextChoices):
     PAUSED = "paused", _("pipeline paused")
     CONCURRENCY = "concurrency", _("concurrency limit")
     RATE = "rate", _("rate limit")
-    # Submitted with a later start (a Django task's run_after): the sweeper releases it at retry_at.
-    START_TIME = "start_time", _("start time")
+
+
+class WaitKind(models.TextChoices):
+    """What a WAITING task waits for; "" for every other task."""
+
+    NONE = "", _("nothing")
+    # Submitted to start later (``run_at``, a Django task's ``run_after``): the sweeper starts it at retry_at.
+    START = "start", _("its start time")
 
 
 class Task(ConcurrentTransitionMixin, models.Model):
@@ -87,11 +95,13 @@ class Task(ConcurrentTransitionMixin, models.Model):
     generation = models.PositiveIntegerField(default=0)
 
     deadline = models.DateTimeField(null=True, blank=True)
-    # When a scheduled retry is due; for a task held by its pipeline's rate limit or its start time, when it may start.
+    # When a scheduled retry is due; for a task held by its pipeline's rate limit, or waiting, when it may start.
     retry_at = models.DateTimeField(null=True, blank=True)
     # Why a QUEUED task waits without a job (tasks.limits); "" for every other task. The sweeper's
     # lost-delivery check skips held tasks: they are released (delivered) when they may start.
     hold = models.CharField(max_length=16, choices=TaskHold.choices, blank=True, default="", db_default="")
+    # What a WAITING task waits for (its time is retry_at); "" for every other task.
+    wait_for = models.CharField(max_length=16, choices=WaitKind.choices, blank=True, default="", db_default="")
 
     # A cancel (tasks.lifecycle.cancellation): when and by whom it was asked for, and why. Set once; a running
     # task stops at its next step boundary (or its waiting step is interrupted) once it sees it.
@@ -127,6 +137,10 @@ class Task(ConcurrentTransitionMixin, models.Model):
     # The database default too: code that inserts tasks without the column (the
     # previous release during a rolling deploy, devtools' SQL) still works.
     callback_url = models.CharField(_("callback URL"), max_length=2048, blank=True, default="", db_default="")
+    # The RQ job that carries this task's first delivery together with others of its batch (tasks.batches); it
+    # counts only until the task is first claimed or held (fencing token 0) or delivered again, which clears it.
+    # Empty: every delivery is a job of the task's own (tasks.delivery.job_id).
+    batch_job = models.CharField(max_length=64, blank=True, default="", db_default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -215,6 +229,12 @@ class Task(ConcurrentTransitionMixin, models.Model):
     def make_due(self) -> None:
         self.retry_at = None
 
+    @transition(field=state, source=TaskState.WAITING, target=TaskState.QUEUED)
+    def wake(self) -> None:
+        """Its wait is over (its start time came, or its deadline passed: the claim then fails it)."""
+        self.wait_for = WaitKind.NONE
+        self.retry_at = None
+
     @transition(field=state, source=[TaskState.QUEUED, TaskState.RUNNING], target=TaskState.QUEUED)
     def hold_back(self, *, hold: str, until=None) -> None:
         """Wait without a delivery (its pipeline is paused, or at a limit) until released; no attempt is used.
@@ -287,7 +307,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
 
     @transition(
         field=state,
-        source=[TaskState.QUEUED, TaskState.RETRY_SCHEDULED, TaskState.RUNNING],
+        source=[TaskState.QUEUED, TaskState.RETRY_SCHEDULED, TaskState.WAITING, TaskState.RUNNING],
         target=TaskState.CANCELLED,
     )
     def cancel(self, *, message: str, at_boundary: bool = False) -> None:
@@ -297,7 +317,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
 
     @transition(
         field=state,
-        source=[TaskState.QUEUED, TaskState.RETRY_SCHEDULED, TaskState.RUNNING],
+        source=[TaskState.QUEUED, TaskState.RETRY_SCHEDULED, TaskState.WAITING, TaskState.RUNNING],
         target=TaskState.COMPENSATING,
     )
     def cancel_with_compensation(
@@ -317,6 +337,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
         self.failure_message = message
         self.retry_at = None
         self.hold = TaskHold.NONE
+        self.wait_for = WaitKind.NONE
         self._release_lease()
 
     @transition(field=state, source=TaskState.COMPENSATING, target=TaskState.CANCELLED)

@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import requests
@@ -114,6 +115,8 @@ def test_fuzzing_the_openapi_document_finds_no_500_and_no_schema_violation(start
             sys.executable,
             "-m",
             "schemathesis.cli",
+            "--config-file",
+            str(Path(__file__).with_name("schemathesis.toml")),
             "run",
             f"{server.url}/api/v1/openapi.json",
             "--checks",

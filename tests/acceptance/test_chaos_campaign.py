@@ -67,6 +67,8 @@ def test_short_campaign_injects_every_fault_and_every_invariant_holds(tmp_path):
     accepted = [s for s in record["submissions"] if s["status"] in (200, 201)]
     assert len({s["task_id"] for s in accepted}) >= 190
     assert any(s["replayed"] for s in accepted), "no concurrent duplicate was answered with the original task"
+    # Batches: their tasks ran as batch deliveries (several per RQ job) under the same faults and invariants.
+    assert sum(1 for s in accepted if s.get("batch") is not None) >= 10, "too few batched submissions accepted"
     assert {t["state"] for t in record["tasks"]} >= {"succeeded", "compensated", "cancelled"}
 
     # Live control: the limited pipeline ran, was held back by its concurrency limit and by the pause; cancels

@@ -92,3 +92,44 @@ def test_cleaning_up_an_abandoned_job_runs_none_of_its_callbacks(attacker_queue,
     registry.cleanup()
     assert list(tmp_path.iterdir()) == []
     assert ReliabilityJob.fetch(job.id, connection=attacker_queue.connection, serializer=JSONSerializer).refusal()
+
+
+def test_a_job_naming_a_webhook_or_repeats_is_refused_and_calls_nobody(attacker_queue, start_workers):
+    from rq import Repeat
+    from rq.webhook import Webhook
+
+    from tests.webhook_receiver import WebhookReceiver
+
+    receiver = WebhookReceiver()
+    try:
+        # A webhook is a request from inside the worker's network to any URL the job names.
+        hooked = attacker_queue.enqueue_call(
+            RUN_TASK_ENTRY_POINT,
+            args=(str(uuid.uuid4()),),
+            job_id="hooked",
+            failure_ttl=600,
+            webhooks=[
+                Webhook(receiver.url, "finished", method="POST"),
+                Webhook(receiver.url, "failed", method="POST"),
+            ],
+        )
+        repeated = attacker_queue.enqueue_call(
+            RUN_TASK_ENTRY_POINT,
+            args=(str(uuid.uuid4()),),
+            job_id="repeated",
+            failure_ttl=600,
+            repeat=Repeat(times=3, interval=0),
+        )
+        # One of ours, as the engine enqueues it (kept 0 seconds): finished, and gone at once.
+        ours = attacker_queue.enqueue_call(RUN_TASK_ENTRY_POINT, args=(str(uuid.uuid4()),), job_id="ours", result_ttl=0)
+        pool = start_workers(1)
+        for job in (hooked, repeated):
+            wait_for(ended(job), timeout=30, message=f"job {job.id} to end")
+        wait_for(lambda: not attacker_queue.connection.exists(ours.key), timeout=30, message="our job to finish")
+        for job, reason in ((hooked, "webhooks"), (repeated, "repeats")):
+            assert job.get_status(refresh=True) == JobStatus.FAILED, pool.logs()
+            assert reason in (job.latest_result().exc_string or ""), job.id
+        assert receiver.all() == [], pool.logs()
+        assert attacker_queue.connection.keys(f"rq:*{ours.id}*") == []  # no key of the finished job is left
+    finally:
+        receiver.stop()

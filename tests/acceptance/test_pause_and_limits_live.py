@@ -21,9 +21,9 @@ from rq import Worker
 from dlq.models import AuditEntry
 from tasks.delivery import get_queue, redis_client
 from tasks.lifecycle.controls import pipeline_limits_reset, pipeline_limits_set, pipeline_pause, pipeline_resume
-from tasks.models import AttemptKind, AttemptOutcome, RatePermit, StepAttempt, Task
+from tasks.models import AttemptOutcome, RatePermit, StepAttempt, Task
 from tasks.submission import task_submit
-from tests.support import pid_of_owner, wait_for
+from tests.support import attempt_intervals, most_at_once, pid_of_owner, wait_for, work_intervals
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
 
@@ -55,34 +55,6 @@ def all_succeeded(task_ids: list[str], pool, *, timeout: float = 120, on_poll=No
 def workers_registered(count: int) -> None:
     """Wait until ``count`` workers listen: a limit is only tested when more workers than slots compete."""
     wait_for(lambda: len(Worker.all(connection=redis_client())) == count, timeout=60, message=f"{count} workers")
-
-
-def most_at_once(intervals: list[tuple[float, float]]) -> int:
-    """The largest number of the [start, end] intervals under way at one moment.
-
-    At equal times an end counts before a start: a slot is given back (the end recorded) before the next
-    task can take it, so a start stamped in the same millisecond as an end did not overlap it.
-    """
-    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
-    running = peak = 0
-    for _, change in events:
-        running += change
-        peak = max(peak, running)
-    return peak
-
-
-def work_intervals(task_ids: list[str], platform) -> list[tuple[int, int]]:
-    wanted = set(task_ids)
-    work = [w for w in platform.state()["work"] if w["task_id"] in wanted]
-    assert all(w["finished_ms"] is not None for w in work)
-    return [(w["received_ms"], w["finished_ms"]) for w in work]
-
-
-def attempt_intervals(task_ids: list[str]) -> list[tuple[float, float]]:
-    rows = StepAttempt.objects.filter(task_id__in=task_ids, kind=AttemptKind.STEP).values_list(
-        "started_at", "finished_at"
-    )
-    return [(start.timestamp(), end.timestamp()) for start, end in rows]
 
 
 # --- pause ----------------------------------------------------------------------------------------------------------

@@ -29,3 +29,14 @@ def role_users(db):
     made["supervisor2"] = second
     made["superuser"] = get_user_model().objects.create_superuser("root-r", password="x-test-only")
     return made
+
+
+@pytest.fixture
+def fresh_statement_state(monkeypatch):
+    """The process as one that has met no transaction pooler and made no stored function yet
+    (``tasks.lifecycle.fenced_writes`` keeps both for the life of a process)."""
+    from tasks.lifecycle import fenced_writes
+
+    monkeypatch.setattr(fenced_writes, "_pooler_seen", False)
+    monkeypatch.setattr(fenced_writes, "_functions", set())
+    monkeypatch.setattr(fenced_writes, "_functions_refused", False)

@@ -10,12 +10,13 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rq import Worker
 
 from dlq.actions import ActionDenied, ActionRefused, dlq_item_act
 from dlq.audit import audit_entries_purge, audit_record
-from dlq.dashboard import GROWTH_HOURS, dlq_hourly_growth
+from dlq.dashboard import GROWTH_HOURS, dlq_hourly_growth, task_state_counts
 from dlq.models import AuditEntry, AuditOutcome, DLQItem
 from dlq.svg_charts import Series, line_chart
 from tasks.delivery import get_queue
@@ -35,6 +36,7 @@ from tasks.models.door import door_forced
 from tasks.runner import task_run
 from tasks.submission import task_submit
 from tasks.sweeper import sweeper_heartbeat
+from tests.support import index_scans, statement_plan_uses_index
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -142,6 +144,7 @@ def test_the_admin_index_links_to_the_dashboard_and_keeps_the_app_list(admin_cli
 def test_tasks_of_the_last_24_hours_are_counted_per_state(admin_client, clean_redis):
     for _ in range(2):
         task_submit(pipeline="t_local", input={})
+    task_submit(pipeline="t_local", input={}, run_at=3600)
     succeeded = task_submit(pipeline="t_local", input={})
     task_run(task_id=str(succeeded.pk), worker="w1")
     _failed_task()
@@ -159,6 +162,7 @@ def test_tasks_of_the_last_24_hours_are_counted_per_state(admin_client, clean_re
         TaskState.QUEUED: 2,
         TaskState.RUNNING: 0,
         TaskState.RETRY_SCHEDULED: 0,
+        TaskState.WAITING: 1,
         TaskState.SUCCEEDED: 1,
         TaskState.FAILED: 0,
         TaskState.COMPENSATING: 0,
@@ -166,7 +170,7 @@ def test_tasks_of_the_last_24_hours_are_counted_per_state(admin_client, clean_re
         TaskState.COMPENSATION_FAILED: 0,
         TaskState.CANCELLED: 1,
     }
-    assert states.total == 5
+    assert states.total == 6
     body = response.content.decode()
     for state in TaskState:
         assert f'id="ops-state-{state.value}"' in body
@@ -249,6 +253,37 @@ def test_growth_is_counted_per_hour_over_seven_days(clean_redis):
     }
     assert {GROWTH_HOURS - 1 - index: count for index, count in enumerate(growth.resolved) if count} == {3: 2, 2: 1}
     assert growth.total_resolved == 3
+
+
+def test_growth_counts_each_hour_as_a_range_of_its_index_without_grouping_the_rows(clean_redis):
+    now = timezone.now()
+    _dead_letter(age=timedelta(hours=2), resolved_age=timedelta(hours=1), now=now)
+    with CaptureQueriesContext(connection) as captured:
+        growth = dlq_hourly_growth(now=now)
+    assert growth.total_created == growth.total_resolved == 1
+    created, resolved = (query["sql"] for query in captured.captured_queries)
+    for sql, index in ((created, "dlq_created_idx"), (resolved, "dlq_resolved_idx")):
+        plan = statement_plan_uses_index(sql, table=DLQItem._meta.db_table, index=index)
+        # Grouped by a truncated time, every row of the week was read, truncated and hashed (44 ms at a million
+        # items); a count per hour reads the same index entries and nothing else (17 ms).
+        assert index in {name for _, name in index_scans(plan)}, plan
+        assert "Group Key" not in plan, plan
+
+
+def test_task_states_are_counted_from_the_state_and_creation_index_alone(clean_redis):
+    _failed_task()
+    task_submit(pipeline="t_local", input={})
+    with CaptureQueriesContext(connection) as captured:
+        counts = task_state_counts(now=timezone.now())
+    assert {row.state: row.count for row in counts.counts if row.count} == {"compensated": 1, "queued": 1}
+    (sql,) = (query["sql"] for query in captured.captured_queries)
+    plan = statement_plan_uses_index(sql, table=Task._meta.db_table, index="task_state_created_idx")
+    # The states bound the scan: each state's range of the day in the index, not the whole index filtered on
+    # its second column. Whether PostgreSQL then reads the ranges index-only or through a bitmap depends on the
+    # visibility map (how recently the table was vacuumed), not on the query.
+    assert "task_state_created_idx" in {name for _, name in index_scans(plan)}, plan
+    assert re.search(r"Index Cond: \(+(\(state\)::text|state) = ANY", plan), plan
+    assert "Filter" not in plan, plan
 
 
 def test_the_growth_chart_is_well_formed_svg_with_two_series_axes_and_a_legend(admin_client, clean_redis):

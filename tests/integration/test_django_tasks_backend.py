@@ -17,7 +17,7 @@ from tasks.backends import (
 )
 from tasks.delivery import get_queue
 from tasks.exceptions import InvalidTaskInput
-from tasks.models import AttemptKind, DeadLetter, StepAttempt, Task, TaskHold, TaskState
+from tasks.models import AttemptKind, DeadLetter, StepAttempt, Task, TaskState, WaitKind
 from tasks.models.door import door_forced
 from tasks.queues import queue_names
 from tasks.runner import task_run
@@ -124,18 +124,19 @@ def test_the_task_is_written_in_the_callers_transaction_and_delivered_after_its_
     assert jobs_waiting() == 1 and run(committed) == "succeeded"
 
 
-def test_run_after_waits_held_without_a_job_until_the_sweeper_releases_it_at_its_time():
+def test_run_after_waits_without_a_job_until_the_sweeper_starts_it_at_its_time():
     run_after = db_now() + timedelta(seconds=3)
     enqueued = task_functions.add.using(run_after=run_after).enqueue(1, 1)
     row = Task.objects.get(pk=enqueued.id)
-    assert (row.state, row.hold, row.retry_at) == (TaskState.QUEUED, TaskHold.START_TIME, run_after)
+    assert (row.state, row.wait_for, row.retry_at) == (TaskState.WAITING, WaitKind.START, run_after)
     assert jobs_waiting() == 0
+    assert task_functions.add.get_result(enqueued.id).status == "READY"
 
     def released():
         sweep_once()
         swept_by = db_now()
         row = Task.objects.get(pk=enqueued.id)
-        if row.hold == TaskHold.START_TIME:
+        if row.state == TaskState.WAITING:
             return None
         assert swept_by >= run_after, f"released by a sweep that ended at {swept_by}, before {run_after}"
         return row
@@ -148,15 +149,15 @@ def test_run_after_waits_held_without_a_job_until_the_sweeper_releases_it_at_its
     assert task_functions.add.get_result(enqueued.id).task.run_after == run_after
 
 
-def test_a_stray_delivery_before_run_after_does_not_start_the_task_and_keeps_it_held():
+def test_a_stray_delivery_before_run_after_does_not_start_the_task_and_keeps_it_waiting():
     run_after = db_now() + timedelta(minutes=5)
     enqueued = task_functions.add.using(run_after=run_after).enqueue(1, 1)
     # A duplicate job of the task (or one an operator re-queued) reaches a worker long before its time.
     assert run(enqueued) == "skipped"
     row = Task.objects.get(pk=enqueued.id)
-    assert (row.state, row.hold, row.retry_at, row.total_attempts) == (
-        TaskState.QUEUED,
-        TaskHold.START_TIME,
+    assert (row.state, row.wait_for, row.retry_at, row.total_attempts) == (
+        TaskState.WAITING,
+        WaitKind.START,
         run_after,
         0,
     )

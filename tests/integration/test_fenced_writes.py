@@ -1,4 +1,4 @@
-"""A step's outcome as one fenced statement, the claim's two round trips, and the shared heartbeat thread."""
+"""A step's outcome as one fenced statement, the claim's one round trip, and the shared heartbeat thread."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from tasks.models import AttemptKind, AttemptOutcome, Checkpoint, EffectStatus, 
 from tasks.models.door import door_forced
 from tasks.submission import task_submit
 from tasks.sweeper import sweep_once
-from tests.support import wait_for
+from tests.support import index_scans, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,9 +34,8 @@ def _redis(clean_redis):
 
 
 @pytest.fixture(autouse=True)
-def _no_pooler_seen(monkeypatch):
-    """Each test starts as a process that has not met a transaction pooler."""
-    monkeypatch.setattr(fenced_writes, "_pooler_seen", False)
+def _fresh_statement_state(fresh_statement_state):
+    """Each test starts as a process that has met no transaction pooler and made no stored function."""
 
 
 @pytest.fixture(params=["postgresql", "portable"])
@@ -152,7 +151,7 @@ def test_a_claim_after_a_crash_reads_the_checkpoints_back(write_path):
     assert task_claim(task_id=str(task.pk), owner="w3") is None
 
 
-def test_a_step_costs_one_statement_and_a_claim_two():
+def test_a_step_costs_one_statement_and_a_claim_one():
     tasks = [task_submit(pipeline="t_local", input={"n": n}) for n in range(2)]
     claim = task_claim(task_id=str(tasks[0].pk), owner="w1")
     step_succeeded(claim=claim, record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
@@ -162,7 +161,9 @@ def test_a_step_costs_one_statement_and_a_claim_two():
     with CaptureQueriesContext(connection) as step_queries:
         step_succeeded(claim=other, record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
 
-    assert len(claim_queries) == 2, [query["sql"] for query in claim_queries]
+    # A plain queued task: one conditional update that returns the row and its checkpoints
+    # (tests/integration/test_plain_claim.py).
+    assert [query["sql"].split()[0] for query in claim_queries] == ["EXECUTE"], claim_queries
     # The statement was prepared on this connection by the first step: one round trip, no BEGIN/COMMIT.
     assert [query["sql"].split()[0] for query in step_queries] == ["EXECUTE"]
 
@@ -184,7 +185,13 @@ def test_the_fenced_update_finds_the_task_by_its_primary_key():
         cursor.execute("EXPLAIN " + queries[0]["sql"])
         plan = "\n".join(line for (line,) in cursor.fetchall())
 
-    assert "Index Scan using tasks_task_pkey on tasks_task" in plan, plan
+    # Found through the primary key, whether the planner reads it as an Index Scan or a Bitmap Index
+    # Scan (which one depends on the statistics earlier tests left); never through another index.
+    task_scans = [name for _, name in index_scans(plan)]
+    assert "tasks_task_pkey" in task_scans, plan
+    task_indexes = {index.name for index in Task._meta.indexes} | {"tasks_task_pkey"}
+    assert [index for index in task_scans if index in task_indexes] == ["tasks_task_pkey"], plan
+    assert "Seq Scan on tasks_task" not in plan, plan
 
 
 def test_a_session_that_lost_its_statements_turns_the_process_to_plain_statements(caplog):
@@ -219,9 +226,10 @@ def test_a_name_another_session_already_prepared_is_not_an_error():
     assert not fenced_writes.prepared_statements()
 
 
-@pytest.mark.parametrize("pooler", ["transaction", "none"])
-def test_behind_a_transaction_pooler_nothing_is_prepared(settings, pooler):
+@pytest.mark.parametrize(("pooler", "functions"), [("transaction", True), ("transaction", False), ("none", True)])
+def test_behind_a_transaction_pooler_nothing_is_prepared(settings, pooler, functions):
     settings.DATABASE_POOLER = pooler
+    settings.RELIABILITY_DATABASE_STORED_FUNCTIONS = functions
     task = task_submit(pipeline="t_local", input={})
     claim = task_claim(task_id=str(task.pk), owner="w1")
 
@@ -233,7 +241,11 @@ def test_behind_a_transaction_pooler_nothing_is_prepared(settings, pooler):
         prepared = cursor.fetchone()[0]
 
     verbs = [query["sql"].split()[0] for query in queries]
-    if pooler == "transaction":
+    if pooler == "transaction" and functions:
+        # Each shape's function made once (by the first process that needs it), then called.
+        assert verbs == ["CREATE", "SELECT", "CREATE", "SELECT"] and prepared == 0
+        assert all(query["sql"].startswith("SELECT * FROM rc_fn_") for query in queries[1::2])
+    elif pooler == "transaction":
         assert verbs == ["WITH", "WITH"] and prepared == 0
     else:
         # (statements an earlier test prepared on this connection are not prepared again)
@@ -257,7 +269,7 @@ def server_side_binding():
 
 
 @pytest.mark.skipif(not is_psycopg3, reason="server-side binding is psycopg 3's option")
-def test_with_server_side_binding_a_step_is_sent_as_the_plain_statement(server_side_binding):
+def test_with_server_side_binding_a_step_goes_through_its_stored_function(server_side_binding):
     task = task_submit(pipeline="t_local", input={})
     claim = task_claim(task_id=str(task.pk), owner="w1")
     with connection.cursor() as cursor:
@@ -267,8 +279,8 @@ def test_with_server_side_binding_a_step_is_sent_as_the_plain_statement(server_s
         step_succeeded(claim=claim, record=record(0, "local_a"), output={"a": "50%"}, used_keys={}, is_last=False)
         step_succeeded(claim=claim, record=record(1, "local_b"), output={"b": 2}, used_keys={}, is_last=True)
 
-    # EXECUTE takes no bound parameters ("there is no parameter $1"); psycopg 3 prepares what it sees often itself.
-    assert [query["sql"].split()[0] for query in queries] == ["WITH", "WITH"]
+    # EXECUTE takes no bound parameters ("there is no parameter $1"): the stored function takes them.
+    assert [query["sql"].split()[0] for query in queries] == ["CREATE", "SELECT", "CREATE", "SELECT"]
     assert Task.objects.get(pk=task.pk).state == "succeeded"
     outputs = dict(Checkpoint.objects.filter(task=task).values_list("step_index", "output"))
     assert outputs == {0: {"a": "50%"}, 1: {"b": 2}}
@@ -355,3 +367,81 @@ def test_a_steps_progress_is_a_heap_only_update_of_the_task_row():
         step_succeeded(claim=claim, record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
         after = updates()
     assert (after[0] - before[0], after[1] - before[1]) == (1, 1)
+
+
+def _pooled(settings) -> None:
+    settings.DATABASE_POOLER = "transaction"
+    settings.RELIABILITY_DATABASE_STORED_FUNCTIONS = True
+
+
+def test_a_stored_function_dropped_meanwhile_is_made_again(settings):
+    _pooled(settings)
+    task = task_submit(pipeline="t_local", input={})
+    claim = task_claim(task_id=str(task.pk), owner="w1")
+    step_succeeded(claim=claim, record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT oid::regprocedure FROM pg_proc WHERE proname LIKE 'rc_fn_%'")
+        for (function,) in cursor.fetchall():
+            cursor.execute(f"DROP FUNCTION {function}")
+
+    step_succeeded(claim=claim, record=record(1, "local_b"), output={"b": 2}, used_keys={}, is_last=True)
+
+    assert Task.objects.get(pk=task.pk).state == "succeeded"
+
+
+@pytest.fixture
+def user_without_create():
+    """The test connection as a database user who may write the tables but not create functions."""
+    with connection.cursor() as cursor:
+        cursor.execute("DROP ROLE IF EXISTS rc_no_create")
+        cursor.execute("CREATE ROLE rc_no_create")
+        cursor.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO rc_no_create")
+        cursor.execute("GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO rc_no_create")
+        cursor.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        cursor.execute("SET ROLE rc_no_create")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("RESET ROLE")
+        cursor.execute("DROP OWNED BY rc_no_create")
+        cursor.execute("DROP ROLE rc_no_create")
+
+
+def test_a_user_who_may_not_create_functions_gets_plain_statements(settings, user_without_create, caplog):
+    _pooled(settings)
+    task = task_submit(pipeline="t_local", input={})
+    claim = task_claim(task_id=str(task.pk), owner="w1")
+
+    with CaptureQueriesContext(connection) as queries:
+        step_succeeded(claim=claim, record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
+        step_succeeded(claim=claim, record=record(1, "local_b"), output={"b": 2}, used_keys={}, is_last=True)
+
+    assert [query["sql"].split()[0] for query in queries] == ["WITH", "WITH"]  # the refused CREATE is not logged
+    assert Task.objects.get(pk=task.pk).state == "succeeded"
+    events = [entry.event for entry in caplog.records if hasattr(entry, "event")]
+    assert events.count("stored_functions_refused") == 1
+
+
+def test_processes_that_make_one_function_at_once_all_go_on(settings):
+    _pooled(settings)
+    tasks = [task_submit(pipeline="t_local", input={"n": n}) for n in range(6)]
+    claims = [task_claim(task_id=str(task.pk), owner=f"w{n}") for n, task in enumerate(tasks)]
+    errors = []
+    start = threading.Barrier(len(claims))
+
+    def first_step(claim) -> None:
+        try:
+            start.wait(timeout=10)
+            step_succeeded(claim=claim, record=record(0, "local_a"), output={}, used_keys={}, is_last=False)
+        except Exception as exc:  # the test reports whatever a thread met
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=first_step, args=(claim,)) for claim in claims]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert errors == []
+    assert Checkpoint.objects.filter(task__in=tasks).count() == len(tasks)

@@ -421,3 +421,11 @@ def test_a_state_without_a_place_fails_loudly(monkeypatch):
     monkeypatch.delitem(POSITIONS, TaskState.CANCELLED)
     with pytest.raises(LookupError, match="no place for state 'cancelled'"):
         lifecycle_svg(TaskState.QUEUED)
+
+
+def test_a_waiting_task_shows_its_start_and_its_state_on_the_drawing(superuser_client):
+    task = task_submit(pipeline="t_local", input={}, run_at=timedelta(hours=2))
+    body = superuser_client.get(page_url(task)).content.decode()
+    assert highlighted_states(svg_of(body)) == [TaskState.WAITING]
+    assert 'id="rc-waiting"' in body and "Next attempt at" not in body
+    assert f"it starts at {timezone.localtime(task.retry_at):%Y-%m-%d %H:%M:%S}" in body

@@ -65,3 +65,34 @@ def test_the_limited_pipeline_is_the_report_pipeline_under_limits():
     ]
     assert limited.on_failure is report.on_failure and limited.validate_input is report.validate_input
     assert limited.steps[0].function is not report.steps[0].function  # the charge that waits
+
+
+def test_a_submission_inside_the_pause_is_limited_and_cancelled_at_once():
+    paused = (100.0, 110.0)
+    tasks = planned(limited_share=0.2, cancel_share=0.1, paused=paused)
+    inside = [
+        task for task in tasks if paused[0] + workload.PAUSE_MARGIN <= task.at <= paused[1] - workload.PAUSE_MARGIN
+    ]
+    assert inside[0].pipeline == LIMITED_PIPELINE and inside[0].cancel.mode == "at_once"
+    # Nothing else of the plan changes; without a cancel share (or a pause) nothing changes at all.
+    unpaused = planned(limited_share=0.2, cancel_share=0.1)
+    assert [task for task in tasks if task.index != inside[0].index] == [
+        task for task in unpaused if task.index != inside[0].index
+    ]
+    assert planned(limited_share=0.2, paused=paused) == planned(limited_share=0.2)
+
+
+def test_a_share_of_keyed_tasks_is_batched_within_the_window_and_nothing_else_changes():
+    tasks = planned(limited_share=0.2, cancel_share=0.1, batch_share=0.2)
+    batched = [task for task in tasks if task.batch is not None]
+    assert 0.12 < len(batched) / len(tasks) < 0.2  # of the keyed tasks (85 %)
+    assert all(task.idempotency_key is not None for task in batched)
+    by_batch = {}
+    for task in batched:
+        by_batch.setdefault(task.batch, []).append(task)
+    first = {task.index: task for task in tasks}
+    for batch, members in by_batch.items():
+        assert len(members) <= workload.BATCH_MAX_ITEMS and members[0].index == batch
+        assert all(0 <= task.at - first[batch].at <= workload.BATCH_WINDOW for task in members)
+    assert max(len(members) for members in by_batch.values()) > 2
+    assert [replace(task, batch=None) for task in tasks] == planned(limited_share=0.2, cancel_share=0.1)

@@ -8,6 +8,7 @@ from django.conf import settings
 from chaos.processes import WORKER_QUEUES, worker_argv
 from tasks.exceptions import ConfigurationError
 from tasks.pipelines import Pipeline
+from tasks.queues import queues_above
 
 
 def test_the_project_ships_three_queues_highest_priority_first():
@@ -31,3 +32,10 @@ def test_a_queue_that_is_not_configured_is_refused_at_declaration_naming_pipelin
 def test_worker_processes_listen_to_every_queue_in_priority_order():
     assert WORKER_QUEUES == settings.RELIABILITY_QUEUES
     assert worker_argv()[-4:] == ["--with-scheduler", "critical", "default", "bulk"]
+
+
+def test_the_queues_above_one_are_those_before_it_in_priority_order():
+    assert queues_above("bulk") == ("critical", "default")
+    assert queues_above("default") == ("critical",)
+    assert queues_above("critical") == ()
+    assert queues_above("not_configured") == ()
