@@ -181,6 +181,8 @@ class ReliabilityWorker(SimpleWorker):
             # A SimpleWorker forks nothing but its scheduler.
             os.register_at_fork(after_in_child=_scheduler_leaves_with_its_worker)
             _fork_hook_installed = True
+        # The state the last job's finishing pipeline wrote for the worker (set_state needs no round trip for it).
+        self._state_written: str | None = None
         # When each throttled chore (``_due``) was last done.
         self._done_at: dict[str, float] = {}
         kwargs["serializer"] = JSONSerializer
@@ -250,15 +252,22 @@ class ReliabilityWorker(SimpleWorker):
         self.procline(f"Processing {job.func_name} from {job.origin} since {time.time()}")
 
     def set_state(self, state: str, pipeline=None) -> None:
-        # RQ sets "idle" twice between two jobs (after one, before the next dequeue), each a round trip.
-        if pipeline is None and state == self._state:
+        # RQ sets "idle" twice between two jobs (after one, before the next dequeue), each a round trip; the
+        # first is already in Redis when the job's finishing pipeline wrote it (cleanup_execution).
+        if pipeline is None and (state == self._state or state == self._state_written):
+            self._state = state
             return
+        self._state_written = None
         super().set_state(state, pipeline=pipeline)
 
     def cleanup_execution(self, job, pipeline, execution=None) -> None:
         super().cleanup_execution(job, pipeline, execution)
-        # One job at a time: once its execution is gone the worker is idle, written in the same pipeline.
-        self.set_state(WorkerStatus.IDLE, pipeline=pipeline)
+        # One job at a time: once its execution is gone the worker is idle, written in the same pipeline. Only
+        # written: the worker stays busy to itself until RQ is done with the job (SimpleWorker.execute_job sets
+        # it idle then). A SIGTERM in between is a warm shutdown of a busy worker (stop after this job), not
+        # StopRequested raised inside the job's finishing pipeline (RQ would record the done job as failed).
+        pipeline.hset(self.key, "state", WorkerStatus.IDLE)
+        self._state_written = WorkerStatus.IDLE
 
     def handle_execution_ended(self, job, queue, heartbeat_ttl: int) -> None:
         # RQ also beats the job here, a round trip just before the job's record is finished or failed.

@@ -1,0 +1,54 @@
+"""A warm shutdown (SIGTERM) that comes while the worker finishes a job: the job stays done, the worker stops.
+
+The lean loop writes the worker's "idle" into the job's finishing pipeline (``ReliabilityWorker.cleanup_execution``).
+Were the worker idle to itself from then on, a SIGTERM before that pipeline ran would raise RQ's StopRequested
+inside it (RQ raises it for an idle worker) and RQ would record the finished job as failed.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from rq.registry import FailedJobRegistry
+from rq.worker import WorkerStatus
+
+from tasks.delivery import get_queue, job_id, redis_client
+from tasks.models import Task, TaskState
+from tasks.submission import task_submit
+from tasks.worker import STOPPING, ReliabilityWorker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class _SigtermWhileFinishing(ReliabilityWorker):
+    """Receives SIGTERM (its own handler, called as the signal would call it) between the job's clean-up and the
+    pipeline that finishes it."""
+
+    signalled = 0
+
+    def cleanup_execution(self, job, pipeline, execution=None) -> None:
+        super().cleanup_execution(job, pipeline, execution)
+        self.signalled += 1
+        self.request_stop(signal.SIGTERM, None)
+
+
+def test_a_sigterm_while_a_job_finishes_leaves_it_finished_and_stops_the_worker(clean_redis):
+    first = task_submit(pipeline="t_quiet_1", input={"n": 1})
+    second = task_submit(pipeline="t_quiet_1", input={"n": 2})
+    queue = get_queue("default")
+    worker = _SigtermWhileFinishing([queue], connection=redis_client())
+    try:
+        worker.work(burst=True)
+    finally:
+        STOPPING.clear()
+
+    assert FailedJobRegistry(queue=get_queue("default")).get_job_ids() == []
+    assert worker.signalled == 1
+    assert Task.objects.get(pk=first.pk).state == TaskState.SUCCEEDED
+    # A warm shutdown: the worker stopped after the job in hand, the other task's job is still queued.
+    assert Task.objects.get(pk=second.pk).state == TaskState.QUEUED
+    assert queue.job_ids == [job_id(second.pk, 0)]
+    # The job kept nothing (finished lean) and the worker's record says idle, as RQ's own loop would leave it.
+    assert not queue.connection.exists(f"rq:job:{job_id(first.pk, 0)}")
+    assert worker.get_state() == WorkerStatus.IDLE
