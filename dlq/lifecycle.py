@@ -82,7 +82,9 @@ ROUTES = {
     (TaskState.FAILED, TaskState.COMPENSATING): Route(
         (_("pipeline policy"), _("or operator")), "M482,270 H556", (519, 250)
     ),
-    # A task submitted to start later waits without a job; the sweeper wakes it at its time.
+    # At a sleep step the task waits without a worker, between the retry's box and the failure's.
+    (TaskState.RUNNING, TaskState.WAITING): Route((_("sleep step"),), "M340,68 V222 H300 V312", (306, 238), "start"),
+    # A task submitted to start later, or asleep, waits without a job; the sweeper wakes it at its time.
     (TaskState.WAITING, TaskState.QUEUED): Route((_("its time came"),), "M168,330 H40 V68", (46, 318), "start"),
     (TaskState.WAITING, TaskState.CANCELLED): Route((_("cancel"),), "M332,322 H540 V170 H556", (436, 316)),
     (TaskState.WAITING, TaskState.COMPENSATING): Route((), "M332,340 H640 V290", (0, 0)),

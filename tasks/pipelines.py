@@ -24,15 +24,17 @@ import enum
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from tasks import registry
 from tasks.exceptions import ConfigurationError
+from tasks.exceptions import PermanentError as _PermanentError  # private: see __getattr__
 from tasks.limits_policy import RateLimit, concurrency_check
 from tasks.queues import default_queue, queue_check
 from tasks.retry import DEFAULT_COMPENSATION_RETRY_POLICY, DEFAULT_RETRY_POLICY, RetryPolicy
 
-__all__ = ["FailurePolicy", "Pipeline", "Step"]
+__all__ = ["FailurePolicy", "Pipeline", "Sleep", "Step"]
 
 # Names this module once re-exported; a pipeline module imports them from tasks.
 _IMPORTED_FROM_TASKS = {"InvalidTaskInput", "PermanentError", "TransientError"}
@@ -48,6 +50,30 @@ def __getattr__(name: str):
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
 
 StepFunction = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """A sleep step's length: ``seconds`` from when the task reaches it, or ``until(ctx)``, an aware datetime."""
+
+    seconds: float | None = None
+    until: Callable[[Any], datetime] | None = None
+
+    def wake_time(self, ctx: Any, now: datetime) -> datetime:
+        """When the task reaching this sleep at ``now`` wakes; a bad ``until`` is the step's permanent error."""
+        if self.until is None:
+            return now + timedelta(seconds=self.seconds)
+        value = self.until(ctx)
+        if not isinstance(value, datetime) or value.utcoffset() is None:
+            raise _PermanentError(
+                f"sleep {ctx.step!r}: until() returned {value!r}, not a datetime with a time zone",
+                code=SLEEP_UNTIL_INVALID,
+            )
+        return value
+
+
+# The error code of a sleep whose until() gave something other than an aware datetime.
+SLEEP_UNTIL_INVALID = "sleep_until_invalid"
 
 
 class FailurePolicy(enum.StrEnum):
@@ -73,6 +99,8 @@ class Step:
     # Names of the external effects this step makes under ctx.idempotency_key
     # (shown in the operator's retry preview as "key-protected").
     effects: tuple[str, ...] = ()
+    # A sleep step (``Pipeline.sleep``): the task waits without a worker; its function returns the wake time.
+    sleep: Sleep | None = None
 
     def __call__(self, ctx: Any) -> Any:
         return self.function(ctx)
@@ -144,11 +172,7 @@ class Pipeline:
         """Decorator: append a step. Usable bare (``@p.step``) or with options."""
 
         def add(fn: StepFunction) -> Step:
-            step_name = name or fn.__name__
-            if not NAME_PATTERN.match(step_name):
-                raise ConfigurationError(f"step name {step_name!r} must match {NAME_PATTERN.pattern}")
-            if any(existing.name == step_name for existing in self.steps):
-                raise ConfigurationError(f"pipeline {self.name!r} already has a step {step_name!r}")
+            step_name = self._new_step_name(name or fn.__name__)
             for seconds in (timeout, compensation_timeout):
                 if seconds is not None and not seconds > 0:
                     raise ConfigurationError(f"step {step_name!r}: timeouts must be positive")
@@ -170,6 +194,44 @@ class Pipeline:
             return add(function)
         return add
 
+    def sleep(
+        self,
+        name: str,
+        *,
+        seconds: float | None = None,
+        until: Callable[[Any], datetime] | None = None,
+        timeout: float | None = None,
+    ) -> Step:
+        """Append a durable sleep: the task waits (state ``waiting``, for ``time``) without a worker, a lease or a
+        job, then goes on with the next step, whatever restarted meanwhile.
+
+        ``seconds`` counts from when the task reaches the sleep; ``until(ctx)`` returns an aware datetime (the
+        step's context: its input and earlier outputs), called once, when the task reaches it (a time already
+        past: no wait). The checkpoint is ``{"slept_until": <RFC 3339>}``. ``timeout`` bounds ``until`` itself.
+        """
+        step_name = self._new_step_name(name)
+        if (seconds is None) == (until is None):
+            raise ConfigurationError(f"sleep {step_name!r}: give seconds or until, not both or neither")
+        if seconds is not None and (
+            isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < float("inf")
+        ):
+            raise ConfigurationError(f"sleep {step_name!r}: seconds must be a positive number, not {seconds!r}")
+        if until is not None and not callable(until):
+            raise ConfigurationError(f"sleep {step_name!r}: until must be a callable (ctx) -> datetime")
+        if timeout is not None and not timeout > 0:
+            raise ConfigurationError(f"sleep {step_name!r}: timeouts must be positive")
+        spec = Sleep(seconds=float(seconds) if seconds is not None else None, until=until)
+        new = Step(name=step_name, function=_sleep_never_runs, timeout=timeout, sleep=spec)
+        self.steps.append(new)
+        return new
+
+    def _new_step_name(self, step_name: str) -> str:
+        if not NAME_PATTERN.match(step_name):
+            raise ConfigurationError(f"step name {step_name!r} must match {NAME_PATTERN.pattern}")
+        if any(existing.name == step_name for existing in self.steps):
+            raise ConfigurationError(f"pipeline {self.name!r} already has a step {step_name!r}")
+        return step_name
+
     def failure_notice(self, function: StepFunction) -> StepFunction:
         """Decorator: declare the ``on_failure`` hook."""
         self.on_failure = function
@@ -185,3 +247,8 @@ class Pipeline:
         if self.validate_input is None:
             return data
         return self.validate_input(data)
+
+
+def _sleep_never_runs(ctx: Any) -> Any:
+    # A sleep step's function: the runner computes its wake time from Step.sleep instead (tasks.runner).
+    raise _PermanentError(f"sleep {ctx.step!r} was called as a step", code=SLEEP_UNTIL_INVALID)

@@ -37,6 +37,7 @@ from tasks.models import (
     Task,
     TaskHold,
     TaskState,
+    WaitKind,
 )
 from tasks.queues import queue_names
 
@@ -88,7 +89,8 @@ def _waiting(task: Task) -> dict | None:
     """What a WAITING task waits for and until when; None for every other task."""
     if task.state != TaskState.WAITING:
         return None
-    return {"for": task.wait_for, "name": None, "until": task.retry_at}
+    name = (task.current_step_name or None) if task.wait_for == WaitKind.TIME else None
+    return {"for": task.wait_for, "name": name, "until": task.retry_at}
 
 
 def task_summary(task: Task) -> dict[str, Any]:

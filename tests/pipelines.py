@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+from datetime import datetime
 
 from tasks.demo.platform_client import ReportPlatform
 from tasks.exceptions import PermanentError, TransientError
@@ -488,3 +489,30 @@ clocked_bulk = Pipeline("t_clocked_bulk", queue="bulk", failure_policy=FailurePo
 clocked_bulk.step(_clocked, name="clocked_work")
 clocked_critical = Pipeline("t_clocked_critical", queue="critical", failure_policy=FailurePolicy.PARK)
 clocked_critical.step(_clocked, name="clocked_work")
+
+
+# Durable sleeps (Pipeline.sleep): a fixed length, a time read from the input, and a sleep as the last step.
+def _before_sleep(ctx):
+    return {"prepared": ctx.input.get("n", 0)}
+
+
+def _after_sleep(ctx):
+    return {"slept_until": ctx.outputs["cool_off"]["slept_until"], "prepared": ctx.outputs["before_sleep"]}
+
+
+def _until_from_input(ctx):
+    value = ctx.input["until"]
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+sleep_seconds = Pipeline("t_sleep_seconds", failure_policy=FailurePolicy.PARK)
+sleep_seconds.step(_before_sleep, name="before_sleep")
+sleep_seconds.sleep("cool_off", seconds=3)
+sleep_seconds.step(_after_sleep, name="after_sleep")
+sleep_until = Pipeline("t_sleep_until", failure_policy=FailurePolicy.PARK, on_cancel=FailurePolicy.PARK)
+sleep_until.step(_before_sleep, name="before_sleep")
+sleep_until.sleep("cool_off", until=_until_from_input)
+sleep_until.step(_after_sleep, name="after_sleep")
+sleep_last = Pipeline("t_sleep_last", failure_policy=FailurePolicy.PARK)
+sleep_last.step(_before_sleep, name="before_sleep")
+sleep_last.sleep("cool_off", until=_until_from_input)

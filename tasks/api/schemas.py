@@ -89,9 +89,11 @@ class CancelIn(Schema):
 
 
 class WaitingOut(Schema):
-    for_: Literal["start"] = Field(alias="for", description="what the task waits for: start, its start time")
-    name: str | None = Field(description="the signal's or the wait's name (none for a start)")
-    until: datetime | None = Field(description="when it stops waiting: its start")
+    for_: Literal["start", "time"] = Field(
+        alias="for", description="what the task waits for: start, its start time; time, the end of a sleep step"
+    )
+    name: str | None = Field(description="the sleep step's name (none for a start)")
+    until: datetime | None = Field(description="when it stops waiting: its start, or the end of its sleep")
 
 
 class CancelOut(Schema):

@@ -122,12 +122,14 @@ def step_succeeded(
     """
     task = claim.task
     output = task_redactor(task).value(output)
+    # A sleep step's end clears the task's sleep (the write's shape has the column only then).
+    slept = ["slept_until"] if task.slept_until is not None else []
     if is_last and (task.in_dlq or task.callback_url):
         # An operator's retry worked: its dead letter is resolved in the same transaction;
         # a callback is created in it too (a crash can lose neither).
         with transaction.atomic():
             task.succeed(result=output)
-            _save_step(task, TASK_FINISH_FIELDS, record, output, used_keys, has_compensation)
+            _save_step(task, TASK_FINISH_FIELDS + slept, record, output, used_keys, has_compensation)
             if task.in_dlq:
                 dead_letter_resolve(
                     task=task, resolution=ResolutionCode.RETRIED, note="the task succeeded after a retry"
@@ -135,11 +137,11 @@ def step_succeeded(
             callback_submit(task=task)
     elif is_last:
         task.succeed(result=output)
-        _save_step(task, TASK_FINISH_FIELDS, record, output, used_keys, has_compensation)
+        _save_step(task, TASK_FINISH_FIELDS + slept, record, output, used_keys, has_compensation)
     else:
         task.advance()
         # The write also says whether a cancel or a pause came in: read at the step boundary (tasks.runner).
-        _save_step(task, TASK_PROGRESS_FIELDS, record, output, used_keys, has_compensation, signals=True)
+        _save_step(task, TASK_PROGRESS_FIELDS + slept, record, output, used_keys, has_compensation, signals=True)
     if is_last:
         run_ended(task)
     claim.outputs[record.step_name] = output

@@ -72,6 +72,8 @@ class WaitKind(models.TextChoices):
     NONE = "", _("nothing")
     # Submitted to start later (``run_at``, a Django task's ``run_after``): the sweeper starts it at retry_at.
     START = "start", _("its start time")
+    # At a sleep step (``Pipeline.sleep``): the sweeper wakes it at retry_at and it goes on after the sleep.
+    TIME = "time", _("a time")
 
 
 class Task(ConcurrentTransitionMixin, models.Model):
@@ -102,6 +104,10 @@ class Task(ConcurrentTransitionMixin, models.Model):
     hold = models.CharField(max_length=16, choices=TaskHold.choices, blank=True, default="", db_default="")
     # What a WAITING task waits for (its time is retry_at); "" for every other task.
     wait_for = models.CharField(max_length=16, choices=WaitKind.choices, blank=True, default="", db_default="")
+    # The end of the sleep its current step began (a sleep step, ``Pipeline.sleep``): set when the task went to
+    # sleep, cleared with the step's checkpoint. Kept after the wake, so the claim that follows finds the sleep
+    # over instead of beginning it again.
+    slept_until = models.DateTimeField(null=True, blank=True)
 
     # A cancel (tasks.lifecycle.cancellation): when and by whom it was asked for, and why. Set once; a running
     # task stops at its next step boundary (or its waiting step is interrupted) once it sees it.
@@ -235,6 +241,18 @@ class Task(ConcurrentTransitionMixin, models.Model):
         self.wait_for = WaitKind.NONE
         self.retry_at = None
 
+    @transition(field=state, source=TaskState.RUNNING, target=TaskState.WAITING)
+    def sleep(self, *, until) -> None:
+        """At a sleep step: wait without a worker, a lease or a job until ``until`` (the sweeper wakes it).
+
+        The attempt counted for the step was not made, and is given back (the claim after the wake counts it).
+        """
+        self._attempt_not_made()
+        self._release_lease()
+        self.wait_for = WaitKind.TIME
+        self.retry_at = until
+        self.slept_until = until
+
     @transition(field=state, source=[TaskState.QUEUED, TaskState.RUNNING], target=TaskState.QUEUED)
     def hold_back(self, *, hold: str, until=None) -> None:
         """Wait without a delivery (its pipeline is paused, or at a limit) until released; no attempt is used.
@@ -269,11 +287,13 @@ class Task(ConcurrentTransitionMixin, models.Model):
         self.current_step += 1
         self.step_attempt = 1
         self.total_attempts += 1
+        self.slept_until = None
 
     @transition(field=state, source=TaskState.RUNNING, target=TaskState.SUCCEEDED)
     def succeed(self, *, result) -> None:
         self.current_step = self.total_steps
         self.result = result
+        self.slept_until = None
         self._release_lease()
         self.finished_at = timezone.now()
 
@@ -452,6 +472,11 @@ class Task(ConcurrentTransitionMixin, models.Model):
     def step_name_at(self, index: int) -> str:
         """The recorded name of step ``index``; "" when none was recorded there."""
         return self.step_names[index] if 0 <= index < len(self.step_names or ()) else ""
+
+    @property
+    def current_step_name(self) -> str:
+        """The recorded name of the step the task is at (or waits at); "" past the last."""
+        return self.step_name_at(self.current_step)
 
 
 @functools.cache
