@@ -82,10 +82,15 @@ ROUTES = {
     (TaskState.FAILED, TaskState.COMPENSATING): Route(
         (_("pipeline policy"), _("or operator")), "M482,270 H556", (519, 250)
     ),
-    # At a sleep step the task waits without a worker, between the retry's box and the failure's.
-    (TaskState.RUNNING, TaskState.WAITING): Route((_("sleep step"),), "M340,68 V222 H300 V312", (306, 238), "start"),
-    # A task submitted to start later, or asleep, waits without a job; the sweeper wakes it at its time.
-    (TaskState.WAITING, TaskState.QUEUED): Route((_("its time came"),), "M168,330 H40 V68", (46, 318), "start"),
+    # At a sleep or wait step the task waits without a worker, between the retry's box and the failure's.
+    (TaskState.RUNNING, TaskState.WAITING): Route(
+        (_("sleep or"), _("wait step")), "M340,68 V222 H300 V312", (306, 234), "start"
+    ),
+    # A task submitted to start later, asleep or waiting for a signal has no job: the sweeper wakes it at its time,
+    # a signal's sender when the signal comes.
+    (TaskState.WAITING, TaskState.QUEUED): Route(
+        (_("its time or"), _("signal came")), "M168,330 H40 V68", (46, 306), "start"
+    ),
     (TaskState.WAITING, TaskState.CANCELLED): Route((_("cancel"),), "M332,322 H540 V170 H556", (436, 316)),
     (TaskState.WAITING, TaskState.COMPENSATING): Route((), "M332,340 H640 V290", (0, 0)),
     (TaskState.COMPENSATING, TaskState.COMPENSATED): Route((), "M722,262 L776,222", (0, 0)),

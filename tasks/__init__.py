@@ -26,6 +26,7 @@ _PUBLIC = {
     "BatchItem": "tasks.batches",
     "BatchOutcome": "tasks.batches",
     "task_cancel": "tasks.lifecycle.cancellation",
+    "task_signal": "tasks.lifecycle.signals",
     "ReliabilityError": "tasks.exceptions",
     "TransientError": "tasks.exceptions",
     "PermanentError": "tasks.exceptions",
@@ -40,6 +41,9 @@ _PUBLIC = {
     "TaskNotCancellable": "tasks.exceptions",
     "TaskNotActionable": "tasks.exceptions",
     "BatchRefused": "tasks.exceptions",
+    "UnknownSignal": "tasks.exceptions",
+    "SignalAlreadyReceived": "tasks.exceptions",
+    "TaskFinished": "tasks.exceptions",
 }
 
 __all__ = sorted(_PUBLIC)

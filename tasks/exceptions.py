@@ -141,6 +141,28 @@ class TaskNotCancellable(ReliabilityError):
         self.state = state
 
 
+class UnknownSignal(ReliabilityError):
+    """A signal whose name is not a wait step of the task's pipeline: no wait would ever consume it."""
+
+    code = "unknown_signal"
+
+
+class SignalAlreadyReceived(ReliabilityError):
+    """The task already has this signal, with another payload (the same payload is the same signal)."""
+
+    code = "signal_already_received"
+
+
+class TaskFinished(ReliabilityError):
+    """The task has finished: a signal sent now would never be consumed."""
+
+    code = "task_finished"
+
+    def __init__(self, message: str, *, state: str) -> None:
+        super().__init__(message, details={"state": state})
+        self.state = state
+
+
 class PipelineControlRefused(ReliabilityError):
     """A pause, resume or limit change that cannot be made as asked (unknown pipeline, a bad limit).
 

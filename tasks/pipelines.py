@@ -34,7 +34,7 @@ from tasks.limits_policy import RateLimit, concurrency_check
 from tasks.queues import default_queue, queue_check
 from tasks.retry import DEFAULT_COMPENSATION_RETRY_POLICY, DEFAULT_RETRY_POLICY, RetryPolicy
 
-__all__ = ["FailurePolicy", "Pipeline", "Sleep", "Step"]
+__all__ = ["FailurePolicy", "Pipeline", "Sleep", "Step", "Wait"]
 
 # Names this module once re-exported; a pipeline module imports them from tasks.
 _IMPORTED_FROM_TASKS = {"InvalidTaskInput", "PermanentError", "TransientError"}
@@ -76,6 +76,18 @@ class Sleep:
 SLEEP_UNTIL_INVALID = "sleep_until_invalid"
 
 
+@dataclass(frozen=True)
+class Wait:
+    """A wait step's terms: how long it waits for its signal (named as the step), and whether a person approves."""
+
+    timeout: float
+    approval: bool = False
+
+
+# The error code of a wait whose signal did not come within its timeout (permanent: the failure policy applies).
+SIGNAL_TIMEOUT = "signal_timeout"
+
+
 class FailurePolicy(enum.StrEnum):
     """What happens when a task fails for good (``failure_policy``), or is cancelled (``on_cancel``)."""
 
@@ -101,6 +113,8 @@ class Step:
     effects: tuple[str, ...] = ()
     # A sleep step (``Pipeline.sleep``): the task waits without a worker; its function returns the wake time.
     sleep: Sleep | None = None
+    # A wait step (``Pipeline.wait``): the task waits without a worker for the signal named as the step.
+    wait: Wait | None = None
 
     def __call__(self, ctx: Any) -> Any:
         return self.function(ctx)
@@ -225,6 +239,29 @@ class Pipeline:
         self.steps.append(new)
         return new
 
+    def wait(self, name: str, *, timeout: timedelta | float, approval: bool = False) -> Step:
+        """Append a wait for the signal ``name``: the task waits (state ``waiting``, for ``signal``) without a
+        worker, a lease or a job until the signal comes (``task_signal``, ``POST /api/v1/tasks/{id}/signals/{name}``),
+        then goes on with the next step; its checkpoint, ``ctx.outputs[name]``, is the signal's payload.
+
+        A signal sent before the task gets here is kept and consumed here. ``timeout`` (a timedelta or seconds)
+        counts from when the task reaches the wait; past it the step fails for good with code ``signal_timeout``
+        and the pipeline's failure policy applies. ``approval=True`` marks a wait for a person's decision.
+        """
+        step_name = self._new_step_name(name)
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < float("inf"):
+            raise ConfigurationError(f"wait {step_name!r}: timeout must be a positive timedelta or seconds")
+        if not isinstance(approval, bool):
+            raise ConfigurationError(f"wait {step_name!r}: approval is True or False")
+        new = Step(name=step_name, function=_wait_never_runs, wait=Wait(timeout=float(seconds), approval=approval))
+        self.steps.append(new)
+        return new
+
+    def wait_step(self, name: str) -> Step | None:
+        """The wait step named ``name`` (the signal it waits for), or None."""
+        return next((step for step in self.steps if step.wait is not None and step.name == name), None)
+
     def _new_step_name(self, step_name: str) -> str:
         if not NAME_PATTERN.match(step_name):
             raise ConfigurationError(f"step name {step_name!r} must match {NAME_PATTERN.pattern}")
@@ -252,3 +289,8 @@ class Pipeline:
 def _sleep_never_runs(ctx: Any) -> Any:
     # A sleep step's function: the runner computes its wake time from Step.sleep instead (tasks.runner).
     raise _PermanentError(f"sleep {ctx.step!r} was called as a step", code=SLEEP_UNTIL_INVALID)
+
+
+def _wait_never_runs(ctx: Any) -> Any:
+    # A wait step's function: the runner looks for its signal instead (tasks.runner).
+    raise _PermanentError(f"wait {ctx.step!r} was called as a step", code=SIGNAL_TIMEOUT)

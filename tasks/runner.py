@@ -37,10 +37,11 @@ from tasks.lifecycle.outcomes import (
     task_failed,
     task_steps_redeclared,
 )
-from tasks.lifecycle.waits import task_slept
+from tasks.lifecycle.waits import task_waits
 from tasks.models import AttemptKind, AttemptOutcome, FailureReason, TaskHold, TaskState
 from tasks.pipeline_changes import pipeline_change
 from tasks.pipelines import FailurePolicy, Pipeline
+from tasks.step_waits import wait_attempt
 
 logger = logging.getLogger(__name__)
 
@@ -188,10 +189,8 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
     # or roll back with its failed attempt; otherwise the checkpoint is
     # written (one statement) after the step returned. The engine's own
     # writes are not the step's: an error in them is not an attempt failure.
-    if step.sleep is not None:
-        function = _sleep_function(task, step)
-    else:
-        function = lambda ctx: _json_output(step(ctx))  # noqa: E731
+    waits = step.sleep is not None or step.wait is not None
+    function = wait_attempt(task, step) if waits else lambda ctx: _json_output(step(ctx))
     scope = transaction.atomic() if step.transactional else contextlib.nullcontext()
     with scope:
         result = attempt_run(
@@ -203,14 +202,15 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
             timeout=effective,
             transient_errors=policy.transient_errors,
         )
-        if result.error is None and step.sleep is not None and _still_asleep(task, result.value):
-            task_slept(claim=claim, until=result.value)
+        if result.error is None and waits and result.value.until is not None:
+            # Not over: the task waits without a worker (a signal or the sweeper wakes it).
+            task_waits(claim=claim, step=step.name, until=result.value.until, signal=step.wait is not None)
             return
         if result.error is None:
             step_succeeded(
                 claim=claim,
                 record=result.record,
-                output={"slept_until": result.value.isoformat()} if step.sleep is not None else result.value,
+                output=result.value.output if waits else result.value,
                 used_keys=ctx.used_keys,
                 is_last=index == len(pipeline.steps) - 1,
                 has_compensation=step.compensate is not None,
@@ -259,26 +259,6 @@ def _fail(claim, pipeline, reason, error, index, step_name, record=None, uncerta
         uncertain_keys=uncertain_keys,
         keep_lease_for=claim.owner,
     )
-
-
-def _sleep_function(task, step):
-    """A sleep step's attempt: its wake time, computed once (when the task reaches it), then kept on the task."""
-    if task.slept_until is not None:
-        slept_until = task.slept_until
-        return lambda ctx: slept_until
-    reached_at = timezone.now()
-    return lambda ctx: step.sleep.wake_time(ctx, reached_at)
-
-
-def _still_asleep(task, until) -> bool:
-    """Whether a sleep that ends at ``until`` is not over yet: the task waits without a worker until then."""
-    if task.slept_until is None:
-        return until > timezone.now()  # as a retry's delay: on this worker's clock
-    # Claimed with its sleep begun: the sweeper woke it at its time on the database's clock, which the claim read
-    # (a worker's clock behind the database's must not put it back to sleep). Before its time only when an
-    # operator retried it early: it sleeps the rest.
-    claimed_at = getattr(task, "db_now", None) or timezone.now()
-    return until > claimed_at
 
 
 def _json_output(value):

@@ -89,7 +89,7 @@ def _waiting(task: Task) -> dict | None:
     """What a WAITING task waits for and until when; None for every other task."""
     if task.state != TaskState.WAITING:
         return None
-    name = (task.current_step_name or None) if task.wait_for == WaitKind.TIME else None
+    name = (task.current_step_name or None) if task.wait_for in (WaitKind.TIME, WaitKind.SIGNAL) else None
     return {"for": task.wait_for, "name": name, "until": task.retry_at}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tasks.demo.platform_client import ReportPlatform
 from tasks.exceptions import PermanentError, TransientError
@@ -516,3 +516,24 @@ sleep_until.step(_after_sleep, name="after_sleep")
 sleep_last = Pipeline("t_sleep_last", failure_policy=FailurePolicy.PARK)
 sleep_last.step(_before_sleep, name="before_sleep")
 sleep_last.sleep("cool_off", until=_until_from_input)
+
+
+# Waits for a signal (Pipeline.wait): a step, a wait, a step that reads what the signal said.
+def _draft_refund(ctx):
+    return {"refund": ctx.input.get("amount", 10)}
+
+
+def _pay_refund(ctx):
+    decision = ctx.outputs["manager_approval"]
+    return {"paid": bool(decision and decision.get("approved")), "decision": decision}
+
+
+approval = Pipeline("t_approval", failure_policy=FailurePolicy.PARK, on_cancel=FailurePolicy.PARK)
+approval.step(_draft_refund, name="draft_refund")
+approval.wait("manager_approval", timeout=timedelta(seconds=30), approval=True)
+approval.step(_pay_refund, name="pay_refund")
+# A short timeout, and compensation when it passes.
+approval_short = Pipeline("t_approval_short", failure_policy=FailurePolicy.COMPENSATE)
+approval_short.step(_draft_refund, name="draft_refund", compensate=lambda ctx: None)
+approval_short.wait("manager_approval", timeout=1)
+approval_short.step(_pay_refund, name="pay_refund")

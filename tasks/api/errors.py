@@ -14,9 +14,12 @@ from tasks.exceptions import (
     IdempotencyKeyReused,
     InvalidTaskInput,
     ReliabilityError,
+    SignalAlreadyReceived,
+    TaskFinished,
     TaskNotActionable,
     TaskNotCancellable,
     UnknownPipeline,
+    UnknownSignal,
 )
 
 
@@ -48,6 +51,9 @@ ENGINE_ERRORS: dict[type[ReliabilityError], tuple[int, str]] = {
     TaskNotCancellable: (409, "task_not_cancellable"),
     TaskNotActionable: (404, "not_found"),
     BatchRefused: (422, "batch_refused"),
+    UnknownSignal: (422, "unknown_signal"),
+    SignalAlreadyReceived: (409, "signal_already_received"),
+    TaskFinished: (409, "task_finished"),
 }
 
 

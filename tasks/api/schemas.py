@@ -89,11 +89,27 @@ class CancelIn(Schema):
 
 
 class WaitingOut(Schema):
-    for_: Literal["start", "time"] = Field(
-        alias="for", description="what the task waits for: start, its start time; time, the end of a sleep step"
+    for_: Literal["start", "time", "signal"] = Field(
+        alias="for",
+        description="what the task waits for: start, its start time; time, the end of a sleep step; signal, the "
+        "signal its wait step names",
     )
-    name: str | None = Field(description="the sleep step's name (none for a start)")
-    until: datetime | None = Field(description="when it stops waiting: its start, or the end of its sleep")
+    name: str | None = Field(description="the signal's, or the sleep step's, name (none for a start)")
+    until: datetime | None = Field(
+        description="when it stops waiting: its start, the end of its sleep, or the wait's timeout"
+    )
+
+
+class SignalIn(Schema):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    payload: Any = Field(None, description="any JSON, at most 64 KB: the wait step's checkpoint, ctx.outputs[name]")
+
+
+class SignalOut(Schema):
+    task_id: str
+    name: str = Field(description="the signal's name, the wait step's")
+    received_at: datetime = Field(description="when it was first received (a repeat answers the first again)")
 
 
 class CancelOut(Schema):

@@ -20,6 +20,8 @@ from tasks.api.schemas import (
     CancelIn,
     ErrorOut,
     IdempotencyRecordOut,
+    SignalIn,
+    SignalOut,
     TaskBatchIn,
     TaskBatchOut,
     TaskCreateIn,
@@ -32,6 +34,7 @@ from tasks.exceptions import (
     ReliabilityError,
 )
 from tasks.lifecycle.clients import api_client_authenticate
+from tasks.lifecycle.signals import task_signal
 from tasks.selectors import (
     idempotency_record_for_client,
     task_for_client,
@@ -171,6 +174,44 @@ def cancel_task(request: HttpRequest, task_id: str):
         client=request.auth, task_id=task.pk, reason=reason, client_ip=request.META.get("REMOTE_ADDR")
     )
     return HttpResponse(body, status=status, content_type="application/json")
+
+
+@api.post(
+    "/tasks/{task_id}/signals/{name}",
+    response={202: SignalOut, **ERRORS},
+    summary="Send a signal to a task",
+    description="Stored, and the task released if it was waiting for it (202). A signal sent before the task "
+    "reaches its wait is kept and consumed there. The same signal again with the same payload answers the first "
+    "again; with another payload it is a 409 `signal_already_received`; a name its pipeline does not wait for "
+    "is a 422 `unknown_signal`; a finished task a 409 `task_finished`. An `Idempotency-Key` already used for "
+    "another signal of the task is a 422 `idempotency_key_reused`.",
+)
+def send_signal(
+    request: HttpRequest,
+    task_id: str,
+    payload: SignalIn,
+    name: str = Path(..., max_length=100),
+    idempotency_key: str | None = Header(
+        None, alias="Idempotency-Key", min_length=1, max_length=255, pattern=IDEMPOTENCY_KEY_PATTERN
+    ),
+):
+    task = task_for_client(client=request.auth, task_id=task_id)
+    if task is None:
+        raise ApiError(404, "not_found", "no such task")
+    result = task_signal(
+        task_id=task.pk,
+        name=name,
+        payload=payload.payload,
+        client=request.auth,
+        sent_by=f"client:{request.auth.name}",
+        idempotency_key=idempotency_key or "",
+    )
+    signal = result.signal
+    return HttpResponse(
+        json_bytes({"task_id": str(task.pk), "name": signal.name, "received_at": signal.received_at}),
+        status=202,
+        content_type="application/json",
+    )
 
 
 @api.get("/tasks", response={200: TaskPageOut, **ERRORS}, summary="The client's tasks, newest first", by_alias=True)

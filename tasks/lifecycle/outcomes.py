@@ -123,7 +123,7 @@ def step_succeeded(
     task = claim.task
     output = task_redactor(task).value(output)
     # A sleep step's end clears the task's sleep (the write's shape has the column only then).
-    slept = ["slept_until"] if task.slept_until is not None else []
+    slept = ["wait_until"] if task.wait_until is not None else []
     if is_last and (task.in_dlq or task.callback_url):
         # An operator's retry worked: its dead letter is resolved in the same transaction;
         # a callback is created in it too (a crash can lose neither).

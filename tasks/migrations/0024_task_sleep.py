@@ -1,4 +1,4 @@
-"""Sleep steps (``Pipeline.sleep``): a task waits for "time"; ``slept_until`` keeps the end of the sleep its current
+"""Sleep steps (``Pipeline.sleep``): a task waits for "time"; ``wait_until`` keeps the end of the sleep its current
 step began (a nullable column: no rewrite of the table)."""
 
 from django.db import migrations, models
@@ -12,7 +12,7 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name="task",
-            name="slept_until",
+            name="wait_until",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AlterField(

@@ -3,6 +3,7 @@
 from tasks.models.dead_letter import UNRESOLVED_STATUSES, DeadLetter, DLQStatus, ResolutionCode
 from tasks.models.pipeline_control import ConcurrencySlot, PipelineControl, RatePermit
 from tasks.models.retention import RetentionPurge
+from tasks.models.signals import Signal
 from tasks.models.steps import AttemptKind, AttemptOutcome, Checkpoint, EffectStatus, SideEffect, StepAttempt
 from tasks.models.submission import ApiClient, IdempotencyRecord, IdempotencyState
 from tasks.models.sweeper import SweeperHeartbeat
@@ -39,6 +40,7 @@ __all__ = [
     "ResolutionCode",
     "RetentionPurge",
     "SideEffect",
+    "Signal",
     "StepAttempt",
     "SweeperHeartbeat",
     "Task",

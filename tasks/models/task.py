@@ -74,6 +74,8 @@ class WaitKind(models.TextChoices):
     START = "start", _("its start time")
     # At a sleep step (``Pipeline.sleep``): the sweeper wakes it at retry_at and it goes on after the sleep.
     TIME = "time", _("a time")
+    # At a wait step (``Pipeline.wait``): the signal it names wakes it; the sweeper at retry_at, its timeout.
+    SIGNAL = "signal", _("a signal")
 
 
 class Task(ConcurrentTransitionMixin, models.Model):
@@ -104,10 +106,10 @@ class Task(ConcurrentTransitionMixin, models.Model):
     hold = models.CharField(max_length=16, choices=TaskHold.choices, blank=True, default="", db_default="")
     # What a WAITING task waits for (its time is retry_at); "" for every other task.
     wait_for = models.CharField(max_length=16, choices=WaitKind.choices, blank=True, default="", db_default="")
-    # The end of the sleep its current step began (a sleep step, ``Pipeline.sleep``): set when the task went to
-    # sleep, cleared with the step's checkpoint. Kept after the wake, so the claim that follows finds the sleep
-    # over instead of beginning it again.
-    slept_until = models.DateTimeField(null=True, blank=True)
+    # The end of the wait its current step began: a sleep's wake time (``Pipeline.sleep``), a signal wait's
+    # timeout (``Pipeline.wait``). Set when the task began to wait there, cleared with the step's checkpoint; kept
+    # after the wake, so the claim that follows finds the wait begun (and maybe over) instead of beginning it again.
+    wait_until = models.DateTimeField(null=True, blank=True)
 
     # A cancel (tasks.lifecycle.cancellation): when and by whom it was asked for, and why. Set once; a running
     # task stops at its next step boundary (or its waiting step is interrupted) once it sees it.
@@ -251,7 +253,19 @@ class Task(ConcurrentTransitionMixin, models.Model):
         self._release_lease()
         self.wait_for = WaitKind.TIME
         self.retry_at = until
-        self.slept_until = until
+        self.wait_until = until
+
+    @transition(field=state, source=TaskState.RUNNING, target=TaskState.WAITING)
+    def await_signal(self, *, until) -> None:
+        """At a wait step: wait without a worker, a lease or a job for its signal, or until ``until`` (its timeout).
+
+        The attempt counted for the step was not made, and is given back (the claim after the wake counts it).
+        """
+        self._attempt_not_made()
+        self._release_lease()
+        self.wait_for = WaitKind.SIGNAL
+        self.retry_at = until
+        self.wait_until = until
 
     @transition(field=state, source=[TaskState.QUEUED, TaskState.RUNNING], target=TaskState.QUEUED)
     def hold_back(self, *, hold: str, until=None) -> None:
@@ -287,13 +301,13 @@ class Task(ConcurrentTransitionMixin, models.Model):
         self.current_step += 1
         self.step_attempt = 1
         self.total_attempts += 1
-        self.slept_until = None
+        self.wait_until = None
 
     @transition(field=state, source=TaskState.RUNNING, target=TaskState.SUCCEEDED)
     def succeed(self, *, result) -> None:
         self.current_step = self.total_steps
         self.result = result
-        self.slept_until = None
+        self.wait_until = None
         self._release_lease()
         self.finished_at = timezone.now()
 
@@ -446,6 +460,8 @@ class Task(ConcurrentTransitionMixin, models.Model):
         self.failed_step = ""
         self.finished_at = None
         self.result = None
+        # A wait or sleep the failed step had begun begins anew (a retried approval waits its whole timeout again).
+        self.wait_until = None
         self._release_lease()
         self.fencing_token += 1
 

@@ -30,7 +30,7 @@ def test_a_sleeping_task_holds_no_worker_and_goes_on_after_its_time_across_a_swe
         wait_for(lambda: row(sleeper).state == TaskState.WAITING, timeout=30, message="the task to fall asleep")
         asleep = row(sleeper)
         assert asleep.wait_for == WaitKind.TIME and asleep.lease_owner == ""
-        until = asleep.slept_until
+        until = asleep.wait_until
         # The only worker is free while the task sleeps: a task submitted now runs at once.
         plain = task_submit(pipeline="t_local", input={})
         wait_for(lambda: row(plain).state == TaskState.SUCCEEDED, timeout=30, message="the plain task to finish")

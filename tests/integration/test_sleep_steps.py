@@ -58,7 +58,7 @@ def test_a_task_at_a_sleep_waits_without_a_worker_and_says_until_when():
     assert task_run(task_id=str(task.pk), worker="w1") == TaskState.WAITING
     row = Task.objects.get(pk=task.pk)
     assert (row.state, row.wait_for, row.current_step) == (TaskState.WAITING, WaitKind.TIME, 1)
-    assert row.retry_at == row.slept_until
+    assert row.retry_at == row.wait_until
     assert before + timedelta(seconds=2.5) < row.retry_at < db_now() + timedelta(seconds=3.5)
     # No lease, and the attempt counted for the sleep given back: the claim after the wake counts it.
     assert (row.lease_owner, row.lease_expires_at) == ("", None)
@@ -91,7 +91,7 @@ def test_the_sweeper_wakes_it_at_its_time_and_it_goes_on_after_the_sleep():
 
     assert task_run(task_id=str(task.pk), worker="w2") == TaskState.SUCCEEDED
     row.refresh_from_db()
-    assert row.slept_until is None
+    assert row.wait_until is None
     assert outputs(task)["cool_off"] == {"slept_until": until.isoformat()}
     assert row.result == {"slept_until": until.isoformat(), "prepared": {"prepared": 0}}
     sleep_attempts = StepAttempt.objects.filter(task_id=task.pk, kind=AttemptKind.STEP, step_name="cool_off")
@@ -132,7 +132,7 @@ def test_a_sleeping_task_is_cancelled_at_once_and_never_woken():
     assert (result.requested_now, result.state_before) == (True, TaskState.WAITING)
     assert row.state == TaskState.CANCELLED  # on_cancel PARK: the task ends here, its steps as they are
     assert row.wait_for == WaitKind.NONE
-    assert (row.retry_at, row.slept_until) == (None, wake_at)
+    assert (row.retry_at, row.wait_until) == (None, wake_at)
     wait_for(lambda: db_now() > wake_at, timeout=5, message="the wake time to pass")
     assert sweep_once().waits_ended == 0
     assert Task.objects.get(pk=task.pk).state == TaskState.CANCELLED

@@ -28,13 +28,13 @@ ROOT = Path(__file__).resolve().parents[2]
 DOOR = "tasks/lifecycle/"
 # The models themselves (their transitions call each other) and the door's guard.
 NOT_SCANNED = ("tasks/models/",)
-DOOR_MODELS = frozenset({"Task", "DeadLetter", "DLQItem", "Checkpoint", "StepAttempt", "SideEffect"})
+DOOR_MODELS = frozenset({"Task", "DeadLetter", "DLQItem", "Checkpoint", "StepAttempt", "SideEffect", "Signal"})
 # Reverse relations to a task's rows (``related_name`` on their foreign keys to Task).
-RELATED_ROWS = frozenset({"attempts", "checkpoints", "side_effects", "dlq_items"})
+RELATED_ROWS = frozenset({"attempts", "checkpoints", "side_effects", "dlq_items", "signals"})
 WRITE_METHODS = frozenset(
     {"save", "delete", "update", "create", "bulk_create", "bulk_update", "get_or_create", "update_or_create"}
 )
-INSTANCE_NAME = re.compile(r"(^|_)(task|item|dead_letter|letter|attempt|checkpoint|effect|side_effect)s?$")
+INSTANCE_NAME = re.compile(r"(^|_)(task|item|dead_letter|letter|attempt|checkpoint|effect|side_effect|signal)s?$")
 SQL_WRITE = re.compile(r"\b(UPDATE|INSERT INTO|DELETE FROM)\s+$")
 
 
@@ -228,9 +228,9 @@ BULK_WRITES = {
 
 @pytest.mark.parametrize("operation", sorted(BULK_WRITES))
 def test_the_manager_refuses_every_bulk_write(operation):
-    from tasks.models import Checkpoint, DeadLetter, SideEffect, StepAttempt
+    from tasks.models import Checkpoint, DeadLetter, SideEffect, Signal, StepAttempt
 
-    for model in (Task, DeadLetter, Checkpoint, StepAttempt, SideEffect):
+    for model in (Task, DeadLetter, Checkpoint, StepAttempt, SideEffect, Signal):
         with pytest.raises(WriteOutsideDoor, match=f"{model.__name__}.objects…{operation}"):
             BULK_WRITES[operation](model.objects.none())
 
