@@ -19,7 +19,7 @@ from tasks.claim import Claim
 from tasks.lifecycle.deliveries import wait_ended
 from tasks.lifecycle.fenced_writes import task_save_guarded
 from tasks.lifecycle.holds import run_ended
-from tasks.models import Signal
+from tasks.models import Signal, WaitKind
 from tasks.models.door import door
 
 logger = logging.getLogger(__name__)
@@ -47,10 +47,7 @@ def task_waits(*, claim: Claim, step: str, until: datetime, signal: bool) -> Non
     task = claim.task
     woken = False
     with transaction.atomic():
-        if signal:
-            task.await_signal(until=until)
-        else:
-            task.sleep(until=until)
+        task.begin_wait(wait_for=WaitKind.SIGNAL if signal else WaitKind.TIME, until=until)
         task_save_guarded(task, TASK_WAIT_FIELDS)
         run_ended(task)
         if signal and Signal.objects.filter(task_id=task.pk, name=step).exists():

@@ -239,31 +239,21 @@ class Task(ConcurrentTransitionMixin, models.Model):
 
     @transition(field=state, source=TaskState.WAITING, target=TaskState.QUEUED)
     def wake(self) -> None:
-        """Its wait is over (its start time came, or its deadline passed: the claim then fails it)."""
+        """Its wait is over: its start time or its sleep's end came, its signal came, its wait's timeout passed (the
+        claim's attempt then fails the step), or its deadline (the claim then fails it)."""
         self.wait_for = WaitKind.NONE
         self.retry_at = None
 
     @transition(field=state, source=TaskState.RUNNING, target=TaskState.WAITING)
-    def sleep(self, *, until) -> None:
-        """At a sleep step: wait without a worker, a lease or a job until ``until`` (the sweeper wakes it).
+    def begin_wait(self, *, wait_for: str, until) -> None:
+        """At a sleep step (``wait_for`` TIME) or a wait step (SIGNAL): wait without a worker, a lease or a job until
+        ``until`` (the sleep's end, the wait's timeout), or until the signal comes.
 
         The attempt counted for the step was not made, and is given back (the claim after the wake counts it).
         """
         self._attempt_not_made()
         self._release_lease()
-        self.wait_for = WaitKind.TIME
-        self.retry_at = until
-        self.wait_until = until
-
-    @transition(field=state, source=TaskState.RUNNING, target=TaskState.WAITING)
-    def await_signal(self, *, until) -> None:
-        """At a wait step: wait without a worker, a lease or a job for its signal, or until ``until`` (its timeout).
-
-        The attempt counted for the step was not made, and is given back (the claim after the wake counts it).
-        """
-        self._attempt_not_made()
-        self._release_lease()
-        self.wait_for = WaitKind.SIGNAL
+        self.wait_for = wait_for
         self.retry_at = until
         self.wait_until = until
 
