@@ -3,6 +3,7 @@
 Example: ``make chaos CHAOS_ARGS="--tasks 600 --workers 4 --duration 180 --seed 3"``; live control: a share of
 tasks for a pipeline with limits (``--limited-share``), a share cancelled by their client (``--cancel-share``),
 that pipeline paused once (``--pause-seconds``), a share of keyed tasks sent in batches (``--batch-share``);
+waits: a share of tasks for a pipeline that waits for a manager's approval signal and sleeps (``--approval-share``);
 production topologies:
 ``--pgbouncer`` (every connection through PgBouncer in transaction mode), ``--sentinel`` (Redis under Sentinel,
 with the fault redis-failover), ``--own-cluster`` (a throwaway PostgreSQL cluster, with the fault pg-restart).
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 from chaos.faults import ALL_FAULTS, TOPOLOGY_FAULTS
-from chaos.workload import BATCH_SHARE
+from chaos.workload import APPROVAL_SHARE, BATCH_SHARE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,6 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         help="share of keyed tasks sent in batches of up to 8 (POST /api/v1/tasks/batch; default %(default)s)",
     )
     parser.add_argument(
+        "--approval-share",
+        type=float,
+        default=APPROVAL_SHARE,
+        help="share of tasks (of those not sent to report_limited) for report_approved, which waits for a "
+        "manager's signal, sent over the API by their client, then sleeps (default %(default)s)",
+    )
+    parser.add_argument(
         "--pause-seconds",
         type=float,
         default=None,
@@ -118,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         limited_share=options.limited_share,
         cancel_share=options.cancel_share,
         batch_share=options.batch_share,
+        approval_share=options.approval_share,
         pause_seconds=options.pause_seconds,
     )
     try:

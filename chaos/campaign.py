@@ -25,12 +25,22 @@ from chaos.controls import MAX_PAUSE_SHARE, PipelineOperator, default_pause_seco
 from chaos.deployment import Deployment, DeploymentSettings
 from chaos.processes import DeploymentError
 from chaos.record import TERMINAL_STATES
-from chaos.workload import BATCH_SHARE, LIMITED_PIPELINE, PLATFORM_PIPELINE, Canceller, Submitter, plan
+from chaos.signals import APPROVAL_PIPELINE, Signaller
+from chaos.workload import (
+    APPROVAL_SHARE,
+    BATCH_SHARE,
+    LIMITED_PIPELINE,
+    PLATFORM_PIPELINE,
+    Canceller,
+    Submitter,
+    plan,
+)
 
 logger = logging.getLogger(__name__)
 
-# The pipelines whose tasks act on the report platform; the limited one is the campaign's (chaos.pipelines).
-PLATFORM_PIPELINES = (PLATFORM_PIPELINE, LIMITED_PIPELINE)
+# The pipelines whose tasks act on the report platform; the limited and the approval one are the campaign's
+# (chaos.pipelines).
+PLATFORM_PIPELINES = (PLATFORM_PIPELINE, LIMITED_PIPELINE, APPROVAL_PIPELINE)
 # Submissions and faults happen inside these shares of the duration; the rest lets retries play out.
 SUBMIT_SHARE = 0.75
 # Platform calls per task, roughly (four steps, retries, compensations): sizes the slow-answer rate.
@@ -70,6 +80,8 @@ class CampaignConfig:
     pause_seconds: float | None = None
     # The share of keyed tasks sent in batches (POST /api/v1/tasks/batch): delivered several per RQ job.
     batch_share: float = BATCH_SHARE
+    # The share of tasks (not sent to the limited pipeline) for the approval pipeline, decided by a signal.
+    approval_share: float = APPROVAL_SHARE
 
     def __post_init__(self) -> None:
         if self.faults is None:
@@ -105,6 +117,7 @@ class CampaignConfig:
             ("--limited-share", self.limited_share),
             ("--cancel-share", self.cancel_share),
             ("--batch-share", self.batch_share),
+            ("--approval-share", self.approval_share),
         )
         for option, share in shares:
             if not 0 <= share <= 1:
@@ -146,6 +159,7 @@ def run(config: CampaignConfig, *, progress=print) -> CampaignResult:
         limited_share=config.limited_share,
         cancel_share=config.cancel_share,
         batch_share=config.batch_share,
+        approval_share=config.approval_share,
         paused=(pause.at, pause.at + pause.seconds) if pause else None,
     )
     slow_rate = min(0.02, config.duration / SECONDS_PER_SLOW_ANSWER / (config.tasks * CALLS_PER_TASK))
@@ -176,13 +190,15 @@ def run(config: CampaignConfig, *, progress=print) -> CampaignResult:
         scheduled = fault_module.schedule(seed=config.seed, faults=config.faults, window=config.duration)
         stop = threading.Event()
         canceller = Canceller(deployment.api_url, deployment.api_token, stop)
-        submitter = Submitter(deployment.api_url, deployment.api_token, canceller=canceller)
+        signaller = Signaller(deployment.api_url, deployment.api_token, stop)
+        submitter = Submitter(deployment.api_url, deployment.api_token, canceller=canceller, signaller=signaller)
         operator = PipelineOperator(workers_ready=deployment.pool.listening)
         cancels = sum(1 for task in planned if task.cancel is not None)
         limited = sum(1 for task in planned if task.pipeline == LIMITED_PIPELINE)
+        approvals = sum(1 for task in planned if task.pipeline == APPROVAL_PIPELINE)
         progress(
             f"chaos: submitting {config.tasks} tasks over {window:.0f} s ({limited} to {LIMITED_PIPELINE}, "
-            f"{cancels} to cancel) with {len(scheduled)} scheduled faults"
+            f"{approvals} to {APPROVAL_PIPELINE}, {cancels} to cancel) with {len(scheduled)} scheduled faults"
             + (f", {LIMITED_PIPELINE} paused at {pause.at:.0f} s for {pause.seconds:g} s" if pause else "")
             + f" (seed {config.seed})"
         )
@@ -199,13 +215,14 @@ def run(config: CampaignConfig, *, progress=print) -> CampaignResult:
                 while thread.is_alive():
                     thread.join(timeout=1)
             canceller.wait()
+            signaller.wait()
         except KeyboardInterrupt:
             stop.set()
             raise
         remaining = config.duration - (time.monotonic() - started)
         settled = _settle(config.settle_timeout + max(0.0, remaining), progress)
         deployment.stop_workers()  # no more platform calls: the simulator's record is final
-        record = _record(config, deployment, submitter, canceller, injector, operator)
+        record = _record(config, deployment, submitter, canceller, injector, operator, signaller)
     finally:
         deployment.stop(drop_database=not config.keep_database)
     results = invariants.check(record)
@@ -257,6 +274,8 @@ def _policy(pipeline) -> dict:
         "max_concurrency": pipeline.max_concurrency,
         "rate_limit": {"count": rate.count, "window_seconds": rate.window} if rate is not None else None,
         "on_cancel": str(pipeline.on_cancel),
+        "waits": [step.name for step in pipeline.steps if step.wait is not None],
+        "sleeps": [step.name for step in pipeline.steps if step.sleep is not None],
     }
 
 
@@ -277,14 +296,16 @@ def _holds(metrics_dir: Path) -> dict[str, dict[str, int]]:
     return holds
 
 
-def _record(config, deployment: Deployment, submitter: Submitter, canceller: Canceller, injector, operator) -> dict:
+def _record(
+    config, deployment: Deployment, submitter: Submitter, canceller: Canceller, injector, operator, signaller
+) -> dict:
     from django.conf import settings
     from django.db import close_old_connections
 
     from dlq.models import DLQItem
     from tasks import registry
     from tasks.demo.platform_simulator import SimulatorControl
-    from tasks.models import SideEffect, StepAttempt, Task
+    from tasks.models import Checkpoint, SideEffect, Signal, StepAttempt, Task
 
     close_old_connections()
     control = SimulatorControl(deployment.simulator_url, timeout=60)
@@ -327,6 +348,7 @@ def _record(config, deployment: Deployment, submitter: Submitter, canceller: Can
                 "limited_share": config.limited_share,
                 "cancel_share": config.cancel_share,
                 "batch_share": config.batch_share,
+                "approval_share": config.approval_share,
                 "pause_seconds": config.pause_seconds,
             },
             "holds": _holds(deployment.metrics_dir),
@@ -371,6 +393,29 @@ def _record(config, deployment: Deployment, submitter: Submitter, canceller: Can
         ],
         "calls": control.calls(),
         "platform": control.state(),
+        "signals_sent": signaller.records,
+        "signals": [
+            {**row, "task_id": str(row["task_id"]), "received_at": _time(row["received_at"])}
+            for row in Signal.objects.values("task_id", "name", "payload", "received_at")
+        ],
+        # The checkpoints of the steps that wait: what a signal brought, until when a sleep slept, and when.
+        "wait_checkpoints": [
+            {**row, "task_id": str(row["task_id"]), "created_at": _time(row["created_at"])}
+            for row in Checkpoint.objects.filter(step_name__in=_waiting_steps()).values(
+                "task_id", "step_index", "step_name", "output", "created_at"
+            )
+        ],
+    }
+
+
+def _waiting_steps() -> set[str]:
+    from tasks import registry
+
+    return {
+        step.name
+        for name in PLATFORM_PIPELINES
+        for step in registry.get(name).steps
+        if step.wait is not None or step.sleep is not None
     }
 
 

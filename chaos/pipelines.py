@@ -7,6 +7,11 @@ the pause it gets (its held tasks are released at once). Its charge step waits a
 has charged: long enough for the campaign's client to cancel a task in the middle of a step, when the
 charge is made and not yet checkpointed (its compensation must find the charge by replaying its key).
 
+``report_approved`` is the report with a manager's approval between the charge and the report: a wait for the
+signal ``manager_approval`` (the campaign's clients send it, ``chaos.signals``), then a short durable sleep;
+its report step refuses to go on when the decision is "no", so a rejection, like a wait that times out, is
+compensated (the charge refunded).
+
 Loaded by every process of the campaign's deployment (``RELIABILITY_PIPELINE_MODULES``); development only.
 """
 
@@ -15,8 +20,10 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from chaos.signals import APPROVAL_PIPELINE, APPROVAL_SIGNAL, APPROVAL_TIMEOUT, SLEEP_SECONDS, SLEEP_STEP
 from chaos.workload import LIMITED_PIPELINE
 from tasks.demo import report_pipeline as demo
+from tasks.exceptions import PermanentError
 from tasks.pipelines import Pipeline
 
 MAX_CONCURRENCY = 2
@@ -48,3 +55,29 @@ def _limited_report() -> Pipeline:
 
 
 report_limited = _limited_report()
+
+
+# The code a rejected report fails with, for good (the pipeline compensates).
+REJECTED = "approval_rejected"
+
+
+def generate_report_if_approved(ctx) -> dict:
+    """The demo's report, once the manager said yes; a "no" ends the task (compensated)."""
+    decision = ctx.outputs[APPROVAL_SIGNAL] or {}
+    if decision.get("approved") is not True:
+        raise PermanentError(f"the manager said no: {decision.get('reason', '')}", code=REJECTED)
+    return demo.generate_report(ctx)
+
+
+def _approved_report() -> Pipeline:
+    # The report's settings and steps (the same names give the same effect keys), with the wait and the sleep
+    # declared through the public API after the charge.
+    charge, generate, *rest = demo.report.steps
+    pipeline = dataclasses.replace(demo.report, name=APPROVAL_PIPELINE, steps=[charge])
+    pipeline.wait(APPROVAL_SIGNAL, timeout=APPROVAL_TIMEOUT, approval=True)
+    pipeline.sleep(SLEEP_STEP, seconds=SLEEP_SECONDS)
+    pipeline.steps += [dataclasses.replace(generate, function=generate_report_if_approved), *rest]
+    return pipeline
+
+
+report_approved = _approved_report()

@@ -20,6 +20,14 @@ requires; any other field (a submission's body, a task's input or failure) is ke
     calls        ReportPlatformSimulator.calls(), unchanged
     platform     ReportPlatformSimulator.state(), unchanged
 
+and, in a campaign with waits (optional sections: a record without them has no waits to judge; a policy may
+also say "waits" and "sleeps", its wait and sleep steps' names)::
+
+    signals_sent      [{"request_id", "task_id", "name", "role": "first" | "repeat" | "conflict", "payload",
+                        "status", "code", "received_at"}]     what the clients sent; status 0: no answer
+    signals           [{"task_id", "name", "payload", "received_at"}]      the signals the engine stored
+    wait_checkpoints  [{"task_id", "step_index", "step_name", "output", "created_at"}]   of wait and sleep steps
+
 Times are ISO 8601 with their offset (``null``: not known, e.g. a crashed attempt's start); a call's
 ``received_ms`` is epoch milliseconds. Every process of a campaign runs on one machine, so every time in a
 record was read from one clock. States, statuses, kinds and outcomes are the values of tasks.models (a unit
@@ -77,6 +85,9 @@ _SECTIONS = {
     "calls": list,
     "platform": dict,
 }
+# Sections a record of a campaign with waits has (chaos.wait_invariants); an older record lacks them.
+_OPTIONAL_SECTIONS = {"signals_sent": list, "signals": list, "wait_checkpoints": list}
+SIGNAL_ROLES = frozenset({"first", "repeat", "conflict"})
 _META_FIELDS = {
     "seed": _INT,
     "tasks": _INT,
@@ -159,6 +170,24 @@ _ITEM_FIELDS = {
         "body": (object,),
         "kind": _OPT_STR,
     },
+    "signals_sent": {
+        "request_id": _STR,
+        "task_id": _STR,
+        "name": _STR,
+        "role": _STR,
+        "payload": (object,),
+        "status": _INT,
+        "code": _OPT_STR,
+        "received_at": _OPT_STR,
+    },
+    "signals": {"task_id": _STR, "name": _STR, "payload": (object,), "received_at": _STR},
+    "wait_checkpoints": {
+        "task_id": _STR,
+        "step_index": _INT,
+        "step_name": _STR,
+        "output": (object,),
+        "created_at": _STR,
+    },
 }
 _CHOICES = {
     "controls": {"action": CONTROL_ACTIONS},
@@ -166,12 +195,16 @@ _CHOICES = {
     "dlq_items": {"status": DLQ_STATUSES},
     "attempts": {"kind": ATTEMPT_KINDS, "outcome": ATTEMPT_OUTCOMES},
     "ledger": {"status": EFFECT_STATUSES},
+    "signals_sent": {"role": SIGNAL_ROLES},
 }
 _TIME_FIELDS = {
     "controls": ("called_at", "returned_at"),
     "cancels": ("requested_at",),
     "tasks": ("cancel_requested_at",),
     "attempts": ("started_at", "finished_at"),
+    "signals_sent": ("received_at",),
+    "signals": ("received_at",),
+    "wait_checkpoints": ("created_at",),
 }
 _PLATFORM_FIELDS = {"charges": (dict,), "files": (dict,), "notifications": (list,), "reports": (list,)}
 _CHARGE_FIELDS = {"task_id": _OPT_STR, "refunded": _BOOL}
@@ -190,6 +223,7 @@ _TYPE_NAMES = {
 def validate_record(record: Any) -> None:
     """Raise ``RecordError`` naming the first place where ``record`` is not a recorded run."""
     _fields(record, {section: (kind,) for section, kind in _SECTIONS.items()}, "")
+    _fields(record, {section: (kind,) for section, kind in _OPTIONAL_SECTIONS.items() if section in record}, "")
     meta = record["meta"]
     _fields(meta, _META_FIELDS, "meta")
     for index, pipeline in enumerate(meta["platform_pipelines"]):
@@ -205,8 +239,12 @@ def validate_record(record: Any) -> None:
             _fields(policy["rate_limit"], _RATE_FIELDS, f"{where}.rate_limit")
             if policy["rate_limit"]["count"] < 1 or not policy["rate_limit"]["window_seconds"] > 0:
                 raise RecordError(f"{where}.rate_limit: must allow at least 1 start per positive window")
+        for name in ("waits", "sleeps"):
+            steps = policy.get(name, [])
+            if not isinstance(steps, list) or not all(isinstance(step, str) for step in steps):
+                raise RecordError(f"{where}.{name}: expected a list of step names, got {_shown(steps)}")
     for section, fields in _ITEM_FIELDS.items():
-        for index, item in enumerate(record[section]):
+        for index, item in enumerate(record.get(section, [])):  # an optional section may be absent
             where = f"{section}[{index}]"
             _fields(item, fields, where)
             for name, allowed in _CHOICES.get(section, {}).items():

@@ -11,7 +11,8 @@ cancel. A cancel whose answer is lost or a 5xx is sent again: cancelling is idem
 tasks is sent in batches (``POST /api/v1/tasks/batch``, each item with its own key), so the workers run batch
 deliveries (several tasks per RQ job) under the same faults; a batch whose answer is lost or a 5xx is sent
 again whole, and an item refused for now (a 5xx, or its key still in use by a duplicate's request) goes again
-on its own, with its key.
+on its own, with its key. A share goes to the campaign's approval pipeline, whose client sends the manager's
+decision as a signal (``chaos.signals``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from datetime import UTC, datetime
 import requests
 
 from chaos.record import ACCEPTED_STATUSES, CANCEL_ACCEPTED_STATUSES, TERMINAL_STATES
+from chaos.signals import APPROVAL_PIPELINE, PlannedSignal, Signaller, planned_signal
 
 # Shares of the plan (each drawn per task from the seed).
 KEYLESS_SHARE = 0.15
@@ -39,6 +41,8 @@ BROKE_SHARE = 0.05  # tasks of users the platform answers 402
 BATCH_SHARE = 0.2
 BATCH_WINDOW = 2.0
 BATCH_MAX_ITEMS = 8
+# The share of tasks sent to the approval pipeline (of those not sent to the limited one).
+APPROVAL_SHARE = 0.12
 # A keyed request whose answer is lost or a 5xx is sent again with the same key, this many times in all.
 MAX_SENDS = 8
 CLIENT_TIMEOUT = 30.0
@@ -83,6 +87,7 @@ class PlannedTask:
     pipeline: str = PLATFORM_PIPELINE
     cancel: PlannedCancel | None = None
     batch: int | None = None  # the batch its first client sends it in (the index of the batch's first task)
+    signal: PlannedSignal | None = None  # the approval pipeline's: when and what its client decides
 
     def body(self) -> dict:
         body: dict = {"pipeline": self.pipeline, "input": {"user_id": self.user_id, "topic": self.topic}}
@@ -100,12 +105,14 @@ def plan(
     limited_share: float = 0.0,
     cancel_share: float = 0.0,
     batch_share: float = 0.0,
+    approval_share: float = 0.0,
     paused: tuple[float, float] | None = None,
 ) -> tuple[list[PlannedTask], list[str]]:
     """The submissions, in time order, and the users the platform must refuse.
 
     ``limited_share`` of the tasks go to the limited pipeline, ``cancel_share`` are cancelled by their
-    client, ``batch_share`` of the keyed ones are sent in batches. These come from generators of their own,
+    client, ``batch_share`` of the keyed ones are sent in batches, ``approval_share`` of the others go to the
+    approval pipeline, whose client signals the decision. These come from generators of their own,
     drawn the same for every share, so a seed's submissions stay what they were without them and a share
     changes nothing but itself.
 
@@ -117,6 +124,7 @@ def plan(
     """
     rng = random.Random(f"workload-{seed}")
     live = random.Random(f"live-control-{seed}")
+    approvals = random.Random(f"approvals-{seed}")
     users = max(10, tasks // 5)
     broke_users = [f"broke-{n}" for n in range(max(1, users // 20))] if with_402 else []
     offsets = sorted(rng.uniform(0, window) for _ in range(tasks))
@@ -130,6 +138,7 @@ def plan(
         clients = DUPLICATE_CLIENTS if not keyless and rng.random() < DUPLICATE_SHARE else 1
         deadline = round(rng.uniform(*DEADLINE_RANGE), 2) if rng.random() < DEADLINE_SHARE else None
         limited, cancel = live.random() < limited_share, _planned_cancel(live)
+        approval, signal = approvals.random() < approval_share and not limited, planned_signal(approvals)
         planned.append(
             PlannedTask(
                 index=index,
@@ -139,8 +148,9 @@ def plan(
                 idempotency_key=None if keyless else f"chaos-{seed}-{index}",
                 clients=clients,
                 deadline_seconds=deadline,
-                pipeline=LIMITED_PIPELINE if limited else PLATFORM_PIPELINE,
+                pipeline=LIMITED_PIPELINE if limited else APPROVAL_PIPELINE if approval else PLATFORM_PIPELINE,
                 cancel=cancel if live.random() < cancel_share else None,
+                signal=signal if approval else None,
             )
         )
     planned = _batched(planned, random.Random(f"batches-{seed}"), batch_share)
@@ -149,7 +159,7 @@ def plan(
         held = next((n for n, task in enumerate(planned) if start <= task.at <= end), None)
         if held is not None:
             at_once = PlannedCancel(mode="at_once", delay=0.0, repeat_after=None)
-            planned[held] = replace(planned[held], pipeline=LIMITED_PIPELINE, cancel=at_once, batch=None)
+            planned[held] = replace(planned[held], pipeline=LIMITED_PIPELINE, cancel=at_once, batch=None, signal=None)
     return planned, broke_users
 
 
@@ -178,10 +188,19 @@ def _planned_cancel(rng: random.Random) -> PlannedCancel:
 class Submitter:
     """Sends the plan over HTTP on time, from a pool of client threads; keeps what every client got."""
 
-    def __init__(self, api_url: str, token: str, *, threads: int = 24, canceller: Canceller | None = None) -> None:
+    def __init__(
+        self,
+        api_url: str,
+        token: str,
+        *,
+        threads: int = 24,
+        canceller: Canceller | None = None,
+        signaller: Signaller | None = None,
+    ) -> None:
         self.url = api_url + "/api/v1/tasks"
         self.token = token
         self.canceller = canceller
+        self.signaller = signaller
         self.records: list[dict] = []
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -277,6 +296,8 @@ class Submitter:
         # The first client of a task cancels it (the others of a duplicate submission only submit).
         if task_id is not None and task.cancel is not None and client == 0 and self.canceller is not None:
             self.canceller.schedule(task, task_id)
+        if task_id is not None and task.signal is not None and client == 0 and self.signaller is not None:
+            self.signaller.schedule(task.index, task.signal, task_id)
 
 
 def _post_until(

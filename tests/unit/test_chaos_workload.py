@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from chaos import controls, workload
+from chaos import controls, signals, workload
+from chaos.signals import APPROVAL_PIPELINE
 from chaos.workload import LIMITED_PIPELINE, PLATFORM_PIPELINE, plan
 
 
@@ -55,16 +56,32 @@ def test_the_limited_pipeline_is_the_report_pipeline_under_limits():
     from tasks.demo.report_pipeline import report
 
     try:
-        limited = importlib.import_module("chaos.pipelines").report_limited
-        assert registry.get(LIMITED_PIPELINE) is limited
+        module = importlib.import_module("chaos.pipelines")
+        limited, approved = module.report_limited, module.report_approved
+        assert registry.get(LIMITED_PIPELINE) is limited and registry.get(APPROVAL_PIPELINE) is approved
     finally:
-        registry.unregister(LIMITED_PIPELINE)  # the campaign's deployment loads it; the test processes do not
+        # The campaign's deployment loads them; the test processes do not.
+        registry.unregister(LIMITED_PIPELINE)
+        registry.unregister(APPROVAL_PIPELINE)
     assert (limited.max_concurrency, str(limited.rate_limit)) == (2, "10/s")
     assert [(s.name, s.compensate, s.effects, s.timeout) for s in limited.steps] == [
         (s.name, s.compensate, s.effects, s.timeout) for s in report.steps
     ]
     assert limited.on_failure is report.on_failure and limited.validate_input is report.validate_input
     assert limited.steps[0].function is not report.steps[0].function  # the charge that waits
+    # The approval pipeline: the report's steps and settings, a wait for the decision and a sleep after the charge.
+    assert [step.name for step in approved.steps] == [
+        "charge_quota",
+        signals.APPROVAL_SIGNAL,
+        signals.SLEEP_STEP,
+        "generate_report",
+        "upload_file",
+        "notify_user",
+    ]
+    wait, sleep = approved.steps[1].wait, approved.steps[2].sleep
+    assert (wait.timeout, wait.approval, sleep.seconds) == (signals.APPROVAL_TIMEOUT, True, signals.SLEEP_SECONDS)
+    assert approved.steps[0] is report.steps[0] and approved.steps[4:] == report.steps[2:]
+    assert approved.on_failure is report.on_failure and approved.retry == report.retry
 
 
 def test_a_submission_inside_the_pause_is_limited_and_cancelled_at_once():
@@ -96,3 +113,27 @@ def test_a_share_of_keyed_tasks_is_batched_within_the_window_and_nothing_else_ch
         assert all(0 <= task.at - first[batch].at <= workload.BATCH_WINDOW for task in members)
     assert max(len(members) for members in by_batch.values()) > 2
     assert [replace(task, batch=None) for task in tasks] == planned(limited_share=0.2, cancel_share=0.1)
+
+
+def test_an_approval_share_goes_to_the_approval_pipeline_with_a_decision_and_nothing_else_changes():
+    without = planned(limited_share=0.2, cancel_share=0.1)
+    tasks = planned(limited_share=0.2, cancel_share=0.1, approval_share=0.12)
+    approvals = [task for task in tasks if task.pipeline == APPROVAL_PIPELINE]
+
+    as_without = [replace(task, pipeline=PLATFORM_PIPELINE, signal=None) if task.signal else task for task in tasks]
+    assert as_without == without
+    assert all(task.signal is not None for task in approvals)
+    assert all(task.signal is None for task in tasks if task.pipeline != APPROVAL_PIPELINE)
+    # Of the tasks not sent to the limited pipeline (about 80 %).
+    assert 0.08 < len(approvals) / len(tasks) < 0.115
+    assert {task.signal.mode for task in approvals} == set(signals.SIGNAL_MODES)
+    assert 0.12 < sum(not task.signal.approved for task in approvals) / len(approvals) < 0.28
+    assert any(task.signal.repeat for task in approvals) and any(task.signal.conflict for task in approvals)
+    assert all(task.body()["pipeline"] == APPROVAL_PIPELINE for task in approvals)
+
+
+def test_a_decision_says_who_decided_and_its_opposite_is_the_other_decision():
+    signal = signals.PlannedSignal(mode="at_once", delay=0.0, approved=True, repeat=False, conflict=True)
+
+    assert signal.payload() == {"approved": True, "by": "chaos-manager", "reason": "approved"}
+    assert signal.payload(approved=False) == {"approved": False, "by": "chaos-manager", "reason": "rejected"}
