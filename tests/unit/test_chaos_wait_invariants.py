@@ -19,7 +19,7 @@ import pytest
 
 from chaos.invariants import RecordError, check, validate_record
 from chaos.wait_invariants import COMMIT_SLACK_SECONDS
-from tests.unit.test_chaos_control_invariants import succeeded_effects, timed_call
+from tests.unit.test_chaos_control_invariants import api_time, succeeded_effects, timed_call
 from tests.unit.test_chaos_invariants import (
     ALL_INVARIANTS,
     at,
@@ -195,6 +195,15 @@ def test_a_repeat_answered_with_another_signal_or_a_stored_payload_not_sent_is_c
     assert any("1-signal-repeat): answered received_at" in v for v in found)
     assert any(f"task {REJECTED}: signal 'manager_approval' (first" in v and "stored payload" in v for v in found)
     assert any(f"task {REJECTED}: its wait 'manager_approval' recorded" in v for v in found)
+
+
+def test_an_answer_to_the_millisecond_names_the_stored_signal(run):
+    first(run, "signals", task_id=APPROVED)["received_at"] = at(40.5004)
+    first(run, "signals_sent", request_id="1-signal-first")["received_at"] = api_time(40.5004)  # "…:40.500Z"
+    assert violations(run, "signal_consumed_once") == ()
+
+    first(run, "signals_sent", request_id="1-signal-first")["received_at"] = api_time(40.502)
+    assert len(violations(run, "signal_consumed_once")) == 1
 
 
 def test_a_signal_stored_twice_is_caught(run):
