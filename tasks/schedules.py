@@ -18,12 +18,12 @@ import enum
 import json
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterError, croniter
+from croniter import croniter
 
 from tasks.exceptions import ConfigurationError
 
@@ -58,7 +58,7 @@ class Schedule:
     cron: str | None = None
     every: timedelta | None = None
     timezone: str = "UTC"
-    input: Any = None
+    input: Any = field(default_factory=dict)
     name: str | None = None
     overlap: Overlap | str = Overlap.SKIP
     catch_up_window: timedelta | None = None

@@ -69,7 +69,7 @@ def schedule_of(row: PipelineSchedule) -> Schedule:
         cron=row.cron or None,
         every=timedelta(seconds=row.every_seconds) if row.every_seconds is not None else None,
         timezone=row.timezone,
-        input=row.input,
+        input=row.input if row.input is not None else {},
         name=row.name,
         overlap=row.overlap,
         catch_up_window=timedelta(seconds=row.catch_up_seconds) if row.catch_up_seconds is not None else None,

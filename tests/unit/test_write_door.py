@@ -29,7 +29,17 @@ DOOR = "tasks/lifecycle/"
 # The models themselves (their transitions call each other) and the door's guard.
 NOT_SCANNED = ("tasks/models/",)
 DOOR_MODELS = frozenset(
-    {"Task", "DeadLetter", "DLQItem", "Checkpoint", "StepAttempt", "SideEffect", "Signal", "PipelineSchedule", "ScheduleRun"}
+    {
+        "Task",
+        "DeadLetter",
+        "DLQItem",
+        "Checkpoint",
+        "StepAttempt",
+        "SideEffect",
+        "Signal",
+        "PipelineSchedule",
+        "ScheduleRun",
+    }
 )
 # Reverse relations to a task's rows (``related_name`` on their foreign keys to Task).
 RELATED_ROWS = frozenset({"attempts", "checkpoints", "side_effects", "dlq_items", "signals", "runs"})
