@@ -21,7 +21,7 @@ from dlq.actions import ActionDenied, ActionRefused
 from dlq.audit import audit_denied
 from dlq.audit_actions import SCHEDULE_ADDED, SCHEDULE_CHANGED, SCHEDULE_PAUSED, SCHEDULE_RESUMED
 from dlq.audit_details import refusal_detail
-from dlq.live_actions import FormInvalid, _refused, operator_actor, reason_checked
+from dlq.live_actions import FormInvalid, operator_actor, reason_checked, refusal_audited
 from tasks.exceptions import ScheduleRefused
 from tasks.lifecycle.schedules import schedule_add, schedule_change, schedule_pause, schedule_resume
 from tasks.models import PipelineSchedule
@@ -146,5 +146,5 @@ def schedule_act(
         return schedule_resume(schedule_id=schedule.pk, **engine)
     except ScheduleRefused as exc:
         detail = refusal_detail(exc)
-        _refused(username, reason, detail, **target)
+        refusal_audited(username, reason, detail, **target)
         raise ActionRefused(str(exc), code=exc.code, details=exc.details) from None

@@ -8,6 +8,7 @@ transaction), then a message and a redirect. A POST without the permission is a 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from django.contrib import admin, messages
@@ -178,8 +179,6 @@ def schedule_edit_page(request: HttpRequest, schedule_id: int | None = None) -> 
 
 
 def _form_of(schedule: PipelineSchedule) -> dict[str, str]:
-    import json
-
     return {
         "name": schedule.name,
         "pipeline": schedule.pipeline,
