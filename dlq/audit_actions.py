@@ -38,6 +38,19 @@ LIVE_ACTION_LABELS = {
     PIPELINE_LIMITS_RESET: _("Reset pipeline limits"),
 }
 
+# Schedules (dlq.control_audit writes the engine's changes, dlq.schedule_actions the console's refusals); the codes
+# are the engine's (tasks.lifecycle.schedules).
+SCHEDULE_ADDED = "schedule_added"
+SCHEDULE_CHANGED = "schedule_changed"
+SCHEDULE_PAUSED = "schedule_paused"
+SCHEDULE_RESUMED = "schedule_resumed"
+SCHEDULE_ACTION_LABELS = {
+    SCHEDULE_ADDED: _("Add schedule"),
+    SCHEDULE_CHANGED: _("Change schedule"),
+    SCHEDULE_PAUSED: _("Pause schedule"),
+    SCHEDULE_RESUMED: _("Resume schedule"),
+}
+
 # API clients (dlq.client_audit). "revoke_apiclient" is also the admin's list action's denial
 # ("<action>_<model>"), so one filter shows every attempt.
 CLIENT_CREATED = "create_apiclient"
@@ -80,6 +93,7 @@ def action_label(code: str) -> str:
     label = (
         DEAD_LETTER_ACTION_LABELS.get(code)
         or LIVE_ACTION_LABELS.get(code)
+        or SCHEDULE_ACTION_LABELS.get(code)
         or CLIENT_ACTION_LABELS.get(code)
         or OTHER_ACTION_LABELS.get(code)
     )

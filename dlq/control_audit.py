@@ -19,6 +19,7 @@ from dlq.audit_details import CANCEL_AT_BOUNDARY, LIMIT_KEYS, LIMITS_CHANGED, NO
 from dlq.models import AuditOutcome
 from tasks.lifecycle.cancellation import cancel_requested
 from tasks.lifecycle.controls import pipeline_control_changed
+from tasks.lifecycle.schedules import schedule_changed
 from tasks.models import TaskState
 
 # A pipeline entry's "state" before and after: the words a task state and a bulk status already have.
@@ -74,10 +75,33 @@ def pipeline_change_audited(
     )
 
 
+def schedule_change_audited(
+    sender, *, schedule, action: str, actor: str, reason: str, before: dict, after: dict, client_ip=None, **kwargs
+) -> None:
+    """``schedule_changed``'s receiver: the change's entry (paused or running, before and after), in its
+    transaction."""
+    audit_record(
+        actor=audit_actor(actor),
+        action=action,
+        target_type="schedule",
+        target_id=schedule.name,
+        state_before=_schedule_state(before) if before else "",
+        state_after=_schedule_state(after),
+        reason=reason,
+        outcome=AuditOutcome.SUCCEEDED,
+        client_ip=client_ip,
+    )
+
+
+def _schedule_state(snapshot: dict) -> str:
+    return PIPELINE_PAUSED_STATE if snapshot.get("paused") else PIPELINE_RUNNING
+
+
 def receivers_connect() -> None:
     """Connect the receivers (idempotent: a receiver is connected once, whatever calls it again)."""
     cancel_requested.connect(cancel_audited, dispatch_uid="dlq.control_audit.cancel")
     pipeline_control_changed.connect(pipeline_change_audited, dispatch_uid="dlq.control_audit.pipeline")
+    schedule_changed.connect(schedule_change_audited, dispatch_uid="dlq.control_audit.schedule")
 
 
 def _pipeline_state(snapshot: dict) -> str:

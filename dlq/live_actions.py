@@ -94,14 +94,14 @@ def task_cancel_by_operator(*, task_id, actor, reason: str, client_ip: str | Non
         result = task_cancel(task_id=task_id, actor=operator_actor(actor), reason=reason, client_ip=client_ip)
     except TaskNotCancellable as exc:
         detail = refusal_detail(exc)
-        _refused(name, reason, detail, state=exc.state, **target)
+        refusal_audited(name, reason, detail, state=exc.state, **target)
         raise ActionRefused(detail.sentence()) from None
     except TaskNotActionable as exc:
-        _refused(name, reason, refusal_detail(exc), **target)
+        refusal_audited(name, reason, refusal_detail(exc), **target)
         raise ActionRefused(gettext("this task no longer exists")) from None
     if not result.requested_now:
         task = result.task
-        _refused(name, reason, AuditDetail(CANCEL_REPEATED), state=task.state, **target)
+        refusal_audited(name, reason, AuditDetail(CANCEL_REPEATED), state=task.state, **target)
         raise ActionRefused(
             gettext("a cancel of this task was already requested by %(who)s at %(when)s")
             % {
@@ -112,7 +112,8 @@ def task_cancel_by_operator(*, task_id, actor, reason: str, client_ip: str | Non
     return result
 
 
-def _refused(actor: str, reason: str, detail: AuditDetail, *, state: str = "", **target) -> None:
+def refusal_audited(actor: str, reason: str, detail: AuditDetail, *, state: str = "", **target) -> None:
+    """The audit entry of an action the engine refused (the console's live actions and schedules)."""
     audit_record(
         actor=actor,
         reason=reason,
@@ -270,5 +271,5 @@ def pipeline_act(
         return pipeline_limits_reset(**engine)
     except PipelineControlRefused as exc:
         detail = refusal_detail(exc)
-        _refused(name, reason, detail, **target)
+        refusal_audited(name, reason, detail, **target)
         raise ActionRefused(str(spec.refused or detail.sentence()), code=exc.code, details=exc.details) from None

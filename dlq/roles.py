@@ -21,6 +21,7 @@ VIEW = [
     "dlq.view_alertchannel",
     "dlq.view_alertevent",
     "dlq.view_alertdelivery",
+    "tasks.view_pipelineschedule",
 ]
 OPERATE = ["dlq.retry_dlqitem", "dlq.close_dlqitem", "dlq.cancel_task"]
 SUPERVISE = [
@@ -34,6 +35,10 @@ SUPERVISE = [
     # Supervisors see which clients exist (a task names its client); creating, revoking and re-keying one
     # (tasks.manage_apiclient) stops or lets in all of its traffic: no role holds it, only superusers.
     "tasks.view_apiclient",
+    # Schedules submit tasks by the clock: supervisors add, change, pause and resume them.
+    "tasks.add_pipelineschedule",
+    "tasks.change_pipelineschedule",
+    "tasks.pause_pipelineschedule",
     # Alert rules and channels are configuration: supervisors edit them.
     "dlq.add_alertrule",
     "dlq.change_alertrule",

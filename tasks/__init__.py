@@ -19,6 +19,7 @@ from typing import Any
 _PUBLIC = {
     "Pipeline": "tasks.pipelines",
     "FailurePolicy": "tasks.pipelines",
+    "Schedule": "tasks.schedules",
     "RetryPolicy": "tasks.retry",
     "StepContext": "tasks.context",
     "task_submit": "tasks.submission",

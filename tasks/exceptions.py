@@ -175,6 +175,13 @@ class PipelineControlRefused(ReliabilityError):
     code = "pipeline_control_refused"
 
 
+class ScheduleRefused(ReliabilityError):
+    """A schedule's change that cannot be made as asked (a bad definition, a taken name, a code schedule's
+    definition, a repeated pause); ``code`` says which, ``details`` its facts."""
+
+    code = "schedule_refused"
+
+
 class TaskNotActionable(ReliabilityError):
     """The task is not in a state that allows this action (someone else acted first).
 

@@ -33,6 +33,7 @@ from tasks.exceptions import PermanentError as _PermanentError  # private: see _
 from tasks.limits_policy import RateLimit, concurrency_check
 from tasks.queues import default_queue, queue_check
 from tasks.retry import DEFAULT_COMPENSATION_RETRY_POLICY, DEFAULT_RETRY_POLICY, RetryPolicy
+from tasks.schedules import Schedule, schedules_named
 
 __all__ = ["FailurePolicy", "Pipeline", "Sleep", "Step", "Wait"]
 
@@ -141,7 +142,8 @@ class Pipeline:
     ``validate_input`` (optional) receives the submitted input and returns the
     cleaned input or raises ``InvalidTaskInput``; it runs before anything is
     stored. ``on_failure`` (optional) runs once after compensation, e.g. to
-    tell the user why the task failed.
+    tell the user why the task failed. ``schedules`` (``Schedule`` values)
+    submit its tasks by the clock (``tasks.schedules``; the sweeper fires them).
     """
 
     name: str
@@ -157,6 +159,7 @@ class Pipeline:
     max_concurrency: int | None = None
     rate_limit: str | RateLimit | None = None
     on_cancel: FailurePolicy = FailurePolicy.COMPENSATE
+    schedules: list[Schedule] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.match(self.name):
@@ -167,6 +170,7 @@ class Pipeline:
         self.max_concurrency = concurrency_check(self.max_concurrency, pipeline=self.name)
         if self.rate_limit is not None and not isinstance(self.rate_limit, RateLimit):
             self.rate_limit = RateLimit.parse(self.rate_limit, pipeline=self.name)
+        self.schedules = schedules_named(self.name, self.schedules)
         if self.register:
             registry.register(self)
 

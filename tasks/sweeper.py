@@ -3,7 +3,8 @@
 It hands tasks whose lease expired to ``tasks.lifecycle.outcomes.lease_expired``
 (re-queue, or fail a crash loop), starts due retries even without an RQ
 scheduler, re-delivers QUEUED tasks whose job was never enqueued or was
-lost, and purges expired idempotency records. Each of the three hands on
+lost, and purges expired idempotency records; it fires the schedules' due slots
+(``tasks.lifecycle.schedules``). Each of the three hands on
 at most ``BATCH_SIZE`` tasks a sweep, oldest first, so however deep the
 backlog, no task waits behind newer ones. Running several sweepers at once
 is safe: each task is handled under a row lock taken with SKIP LOCKED, and
@@ -44,6 +45,7 @@ from tasks.idempotency import idempotency_purge_expired
 from tasks.lifecycle.deliveries import delivery_repeated, retry_made_due, wait_ended
 from tasks.lifecycle.holds import held_tasks_sweep
 from tasks.lifecycle.outcomes import LeaseExpiry, lease_expired, on_cancel_policy, task_cancelled
+from tasks.lifecycle.schedules import schedules_fire_due, schedules_sync
 from tasks.models import LEASED_STATES, SweeperHeartbeat, Task, TaskHold, TaskState
 
 logger = logging.getLogger(__name__)
@@ -72,6 +74,9 @@ class SweepReport:
     held_released: int = 0
     cancels_completed: int = 0
     idempotency_records_purged: int = 0
+    schedules_fired: int = 0
+    schedule_slots_skipped: int = 0
+    schedule_slots_missed: int = 0
     chores: dict[str, int] = field(default_factory=dict)
     redis_unavailable: bool = False
 
@@ -85,6 +90,9 @@ class SweepReport:
             "held_released": self.held_released,
             "cancels_completed": self.cancels_completed,
             "idempotency_records_purged": self.idempotency_records_purged,
+            "schedules_fired": self.schedules_fired,
+            "schedule_slots_skipped": self.schedule_slots_skipped,
+            "schedule_slots_missed": self.schedule_slots_missed,
             **self.chores,
             "redis_unavailable": self.redis_unavailable,
         }
@@ -110,6 +118,9 @@ class SweepReport:
                 self.held_released,
                 self.cancels_completed,
                 self.idempotency_records_purged,
+                self.schedules_fired,
+                self.schedule_slots_skipped,
+                self.schedule_slots_missed,
                 *self.chores.values(),
             )
         )
@@ -117,7 +128,7 @@ class SweepReport:
 
 def sweep_once() -> SweepReport:
     """One sweep: expired leases, cancels, due retries and waits, lost deliveries, held tasks, idempotency records,
-    chores."""
+    schedules' due slots, chores."""
     report = SweepReport()
     _expired_leases(report)
     _pending_cancels(report)
@@ -126,12 +137,23 @@ def sweep_once() -> SweepReport:
     _lost_deliveries(report)
     report.held_released = held_tasks_sweep()
     report.idempotency_records_purged = idempotency_purge_expired()
+    _due_slots(report)
     for chore in registry.chores():
         if chore.interval is None:
             report.chores[chore.name] = chore.run()
     if report.did_something or report.redis_unavailable:
         logger.info("sweep", extra={"event": "sweep", **report.as_log()})
     return report
+
+
+def _due_slots(report: SweepReport) -> None:
+    # The code's schedules are synced first on every sweep (one read of their rows; a write only for a change), so
+    # a deployment that adds or changes one needs no migration and no command.
+    schedules_sync()
+    sweep = schedules_fire_due()
+    report.schedules_fired = sweep.fired
+    report.schedule_slots_skipped = sweep.skipped
+    report.schedule_slots_missed = sweep.missed
 
 
 def _lock(queryset, pk):

@@ -3,6 +3,7 @@
 from tasks.models.dead_letter import UNRESOLVED_STATUSES, DeadLetter, DLQStatus, ResolutionCode
 from tasks.models.pipeline_control import ConcurrencySlot, PipelineControl, RatePermit
 from tasks.models.retention import RetentionPurge
+from tasks.models.schedules import PipelineSchedule, ScheduleRun, ScheduleSource
 from tasks.models.signals import Signal
 from tasks.models.steps import AttemptKind, AttemptOutcome, Checkpoint, EffectStatus, SideEffect, StepAttempt
 from tasks.models.submission import ApiClient, IdempotencyRecord, IdempotencyState
@@ -36,9 +37,12 @@ __all__ = [
     "IdempotencyRecord",
     "IdempotencyState",
     "PipelineControl",
+    "PipelineSchedule",
     "RatePermit",
     "ResolutionCode",
     "RetentionPurge",
+    "ScheduleRun",
+    "ScheduleSource",
     "SideEffect",
     "Signal",
     "StepAttempt",

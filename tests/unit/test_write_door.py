@@ -28,9 +28,21 @@ ROOT = Path(__file__).resolve().parents[2]
 DOOR = "tasks/lifecycle/"
 # The models themselves (their transitions call each other) and the door's guard.
 NOT_SCANNED = ("tasks/models/",)
-DOOR_MODELS = frozenset({"Task", "DeadLetter", "DLQItem", "Checkpoint", "StepAttempt", "SideEffect", "Signal"})
+DOOR_MODELS = frozenset(
+    {
+        "Task",
+        "DeadLetter",
+        "DLQItem",
+        "Checkpoint",
+        "StepAttempt",
+        "SideEffect",
+        "Signal",
+        "PipelineSchedule",
+        "ScheduleRun",
+    }
+)
 # Reverse relations to a task's rows (``related_name`` on their foreign keys to Task).
-RELATED_ROWS = frozenset({"attempts", "checkpoints", "side_effects", "dlq_items", "signals"})
+RELATED_ROWS = frozenset({"attempts", "checkpoints", "side_effects", "dlq_items", "signals", "runs"})
 WRITE_METHODS = frozenset(
     {"save", "delete", "update", "create", "bulk_create", "bulk_update", "get_or_create", "update_or_create"}
 )
