@@ -22,9 +22,7 @@ urlpatterns = [
     path("admin/pipelines/", pipelines, name="pipelines"),
     path("admin/pipelines/<str:pipeline>/act/<str:action>/", pipeline_action_page, name="pipeline_act"),
     path("admin/approvals/", approvals, name="approvals"),
-    path(
-        "admin/approvals/<uuid:task_id>/<str:wait>/<str:decision>/", approval_decide_page, name="approval_decide"
-    ),
+    path("admin/approvals/<uuid:task_id>/<str:wait>/<str:decision>/", approval_decide_page, name="approval_decide"),
     # django-rq's views are not served (dlq.views.queues says why); their old addresses answer 404, POSTs audited.
     re_path(r"^admin/(?:rq|django_rq)/(?P<rest>.*)$", rq_views_removed),
 ]

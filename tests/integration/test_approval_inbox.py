@@ -8,18 +8,26 @@ Through the Django test client as each role, against real PostgreSQL and Redis; 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
 
+from dlq.alerting.models import AlertChannel, AlertKind, AlertRule
+from dlq.alerting.rules import alert_rule_evaluate
 from dlq.approval_pages import PAGE_SIZE
+from dlq.approvals import approval_decide
 from dlq.audit_actions import APPROVAL_APPROVED, APPROVAL_REJECTED
 from dlq.models import AuditEntry, AuditOutcome
 from tasks.lifecycle.cancellation import task_cancel
 from tasks.lifecycle.signals import task_signal
 from tasks.models import Checkpoint, Signal, Task, TaskState, WaitKind
+from tasks.models.door import door_forced
 from tasks.runner import task_run
 from tasks.selectors import approval_waiting_tasks, waiting_counts
 from tasks.submission import task_submit
@@ -79,7 +87,7 @@ def test_the_inbox_lists_only_tasks_waiting_at_an_approval_wait_redacted(client,
     # The input and the earlier step's output, redacted as the task page shows them.
     assert SECRET not in body and "[redacted]" in body
     assert [step for step, _output in row.outputs] == ["draft_refund"]
-    assert '&quot;refund&quot;: 25' in body
+    assert "&quot;refund&quot;: 25" in body
     assert shown.wait_until.strftime("%Y-%m-%d %H:%M:%S") in body or "Timeout" in body
     # A viewer sees the inbox but is offered no decision.
     assert row.decisions == [] and 'id="approvals-read-only"' in body and "decision-approve" not in body
@@ -248,10 +256,6 @@ def test_waiting_counts_group_by_pipeline_wait_and_kind():
     waiting_for_approval(pipeline="t_approval_short")
     sleeping = task_submit(pipeline="t_sleep_seconds", input={})
     assert task_run(task_id=str(sleeping.pk), worker="w1") == TaskState.WAITING
-    from datetime import timedelta
-
-    from django.utils import timezone
-
     task_submit(pipeline="t_local", input={}, run_at=timezone.now() + timedelta(hours=1))
 
     counts = {(row.pipeline, row.wait, row.kind): (row.count, row.approval) for row in waiting_counts()}
@@ -263,3 +267,84 @@ def test_waiting_counts_group_by_pipeline_wait_and_kind():
         ("t_local", "", "start"): (1, False),
     }
     assert list(approval_waiting_tasks().values_list("pk", flat=True)) == [approval.pk]
+
+
+# --- /metrics, the dashboard, the alert rule -----------------------------------------------------------------
+
+
+def waited(task: Task, *, hours: float) -> None:
+    """As if ``task`` began to wait ``hours`` ago (a waiting task's ``updated_at`` is when it began)."""
+    with door_forced():
+        Task.objects.filter(pk=task.pk).update(updated_at=timezone.now() - timedelta(hours=hours))
+
+
+def test_metrics_export_waiting_tasks_and_the_oldest_approval(client, settings):
+    settings.RELIABILITY_METRICS_TOKEN = "scrape-me"
+    settings.RELIABILITY_METRICS_ALLOWED_NETWORKS = []
+    oldest = waiting_for_approval()
+    waited(oldest, hours=2)
+    waiting_for_approval()
+    waiting_for_approval(pipeline="t_approval_short")
+    sleeping = task_submit(pipeline="t_sleep_seconds", input={})
+    task_run(task_id=str(sleeping.pk), worker="w1")
+    task_submit(pipeline="t_local", input={}, run_at=timezone.now() + timedelta(hours=1))
+
+    body = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+
+    found = {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+        if sample.name in ("reliability_tasks_waiting", "reliability_approvals_oldest_waiting_seconds")
+    }
+    waiting = "reliability_tasks_waiting"
+    assert found == {
+        (waiting, frozenset({("pipeline", "t_approval"), ("wait", WAIT), ("kind", "signal")})): 2,
+        (waiting, frozenset({("pipeline", "t_approval_short"), ("wait", WAIT), ("kind", "signal")})): 1,
+        (waiting, frozenset({("pipeline", "t_sleep_seconds"), ("wait", "cool_off"), ("kind", "time")})): 1,
+        (waiting, frozenset({("pipeline", "t_local"), ("wait", ""), ("kind", "start")})): 1,
+        (
+            "reliability_approvals_oldest_waiting_seconds",
+            frozenset({("pipeline", "t_approval"), ("wait", WAIT)}),
+        ): pytest.approx(7200, abs=60),
+    }
+
+
+def test_the_dashboard_counts_waiting_tasks_and_links_approvals_to_the_inbox(client, role_users):
+    waiting_for_approval()
+    waiting_for_approval(pipeline="t_approval_short")
+    client.force_login(role_users["viewer"])
+
+    body = client.get("/admin/dashboard/").content.decode()
+
+    assert 'id="ops-approvals-waiting"' in body
+    approval_row = body.split(f'id="ops-waiting-t_approval-signal-{WAIT}"', 1)[1].split("</tr>", 1)[0]
+    assert 'class="ops-approval"' in body and f'href="{INBOX_URL}?pipeline=t_approval">1</a>' in approval_row
+    plain_row = body.split(f'id="ops-waiting-t_approval_short-signal-{WAIT}"', 1)[1].split("</tr>", 1)[0]
+    assert "href=" not in plain_row and ">1</td>" in plain_row
+
+
+def test_the_approval_waiting_rule_fires_past_its_limit_and_resolves_once_decided(role_users):
+    AlertRule.objects.all().delete()
+    AlertChannel.objects.all().delete()
+    rule = AlertRule.objects.create(name="approvals", kind=AlertKind.APPROVAL_WAITING, threshold=3600)
+    scoped = AlertRule.objects.create(name="other", kind=AlertKind.APPROVAL_WAITING, threshold=3600, pipeline="t_other")
+    young = waiting_for_approval()
+    waited(young, hours=0.5)
+
+    def evaluate(which):
+        return alert_rule_evaluate(rule=AlertRule.objects.get(pk=which.pk), now=timezone.now())
+
+    assert evaluate(rule) is None  # the longest has waited half an hour: under the limit
+    old = waiting_for_approval()
+    waited(old, hours=2)
+    event = evaluate(rule)
+    assert event.kind == "firing" and 7100 < event.value < 7300
+    assert event.summary_code == "approval_waiting" and event.summary_params["count"] == 1
+    assert event.summary.startswith("1 task(s) in all pipelines waiting for approval longer than 3600s")
+    assert evaluate(scoped) is None  # another pipeline's rule: nothing waits there
+
+    approval_decide(task_id=old.pk, wait=WAIT, decision="approve", actor=role_users["operator"], reason="late but fine")
+    resolved = evaluate(rule)
+    assert resolved.kind == "resolved" and resolved.value < 3600
+    assert AlertRule.objects.get(pk=rule.pk).state == "resolved"
