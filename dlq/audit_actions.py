@@ -51,6 +51,14 @@ SCHEDULE_ACTION_LABELS = {
     SCHEDULE_RESUMED: _("Resume schedule"),
 }
 
+# The approval inbox (dlq.approvals): a decision on a task waiting at an approval wait, and its refusals.
+APPROVAL_APPROVED = "approval_approved"
+APPROVAL_REJECTED = "approval_rejected"
+APPROVAL_ACTION_LABELS = {
+    APPROVAL_APPROVED: _("Approve task"),
+    APPROVAL_REJECTED: _("Reject task"),
+}
+
 # API clients (dlq.client_audit). "revoke_apiclient" is also the admin's list action's denial
 # ("<action>_<model>"), so one filter shows every attempt.
 CLIENT_CREATED = "create_apiclient"
@@ -94,6 +102,7 @@ def action_label(code: str) -> str:
         DEAD_LETTER_ACTION_LABELS.get(code)
         or LIVE_ACTION_LABELS.get(code)
         or SCHEDULE_ACTION_LABELS.get(code)
+        or APPROVAL_ACTION_LABELS.get(code)
         or CLIENT_ACTION_LABELS.get(code)
         or OTHER_ACTION_LABELS.get(code)
     )

@@ -53,6 +53,8 @@ TEST_DELIVERED = "test_delivered"
 TEST_NOT_DELIVERED = "test_not_delivered"  # the send path's error code and its message, without URL or secret
 CHANNEL_URL_REFUSED = "channel_url_refused"  # a channel not switched on: its URL may not be sent to
 ALERT_CONFIG_DETAILS = (FIELDS_CHANGED, TEST_NOT_DELIVERED, CHANNEL_URL_REFUSED)
+APPROVAL_DECIDED = "approval_decided"  # the approval wait a decision was sent to
+APPROVAL_NOT_WAITING = "approval_not_waiting"  # the task left the wait (decided, cancelled, timed out)
 
 DETAIL_MESSAGES = {
     PERMISSION_DENIED: _("permission denied"),
@@ -98,6 +100,16 @@ DETAIL_MESSAGES = {
     "client_exists": _("a client named %(client)s already exists"),
     "no_such_client": _("no client named %(client)s"),
     "client_already_revoked": _("client %(client)s was revoked already"),
+    # The approval inbox (dlq.approvals): the wait decided at; a task no longer waiting there; the engine's
+    # refusals of the signal (tasks.lifecycle.signals).
+    APPROVAL_DECIDED: _("decided at the wait %(wait)s"),
+    APPROVAL_NOT_WAITING: _(
+        "the task is no longer waiting for this approval (it is %(state)s): someone decided first, or it was "
+        "cancelled or timed out"
+    ),
+    "signal_already_received": _("the task already received the signal %(name)s, with another payload"),
+    "task_finished": _("the task is %(state)s: no wait of it will come"),
+    "unknown_signal": _("pipeline %(pipeline)s waits for no signal %(name)s"),
 }
 # Parameters that hold a code of their own, shown by its name in the reader's language.
 CODED_PARAMS = ("state", "action", "resolution")

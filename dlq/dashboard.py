@@ -45,14 +45,17 @@ from tasks.models import (
     Task,
     TaskHold,
     TaskState,
+    WaitKind,
 )
 from tasks.selectors import (
     QueueBacklog,
+    WaitingCount,
     held_counts,
     live_workers,
     paused_pipelines,
     queue_backlogs,
     queue_registry_counts,
+    waiting_counts,
 )
 
 logger = logging.getLogger(__name__)
@@ -529,6 +532,36 @@ def data_held(*, now: dt.datetime) -> DataHeld:
     )
 
 
+# --- waiting tasks: delayed starts, sleeps, waits for a signal, approvals ------------------
+
+
+@dataclass(frozen=True)
+class WaitingRow:
+    count: WaitingCount
+    kind_label: str  # what it waits for, in the reader's language
+
+
+@dataclass(frozen=True)
+class WaitingTasks:
+    rows: list[WaitingRow]  # per pipeline, wait and kind; approval waits first
+
+    @property
+    def total(self) -> int:
+        return sum(row.count.count for row in self.rows)
+
+    @property
+    def approvals(self) -> int:
+        return sum(row.count.count for row in self.rows if row.count.approval)
+
+
+def waiting_tasks() -> WaitingTasks:
+    """Waiting tasks per pipeline, wait and kind (one grouped query), approval waits first."""
+    labels = dict(WaitKind.choices)
+    rows = [WaitingRow(count, str(labels.get(count.kind, count.kind))) for count in waiting_counts()]
+    rows.sort(key=lambda row: not row.count.approval)  # stable: by pipeline and wait within each half
+    return WaitingTasks(rows)
+
+
 # --- the page ------------------------------------------------------------------------
 
 
@@ -541,6 +574,7 @@ class Dashboard:
     activity: MinuteActivity  # tasks finished and retries per minute (dlq.activity)
     queue: QueueFigures
     live_control: LiveControl
+    waiting: WaitingTasks
     sweeper: SweeperStatus
     operator_activity: OperatorActivity
     alerts: AlertsOverview
@@ -558,6 +592,7 @@ def dashboard_snapshot(*, now: dt.datetime | None = None) -> Dashboard:
         activity=minute_activity(now=now),
         queue=queue_figures(),
         live_control=live_control(),
+        waiting=waiting_tasks(),
         sweeper=sweeper_status(now=now),
         operator_activity=operator_activity(now=now),
         alerts=alerts_overview(),

@@ -8,8 +8,9 @@ of the host through ``PROMETHEUS_MULTIPROC_DIR`` when it is set.
 Every query here is bounded: tasks are counted only in non-terminal states
 (``state`` index) plus those created in the last 24 hours (``created_at``
 index); DLQ figures read only unresolved items (partial index); held tasks
-through ``task_held_idx``, which holds only them; the sweeper, channel and
-pipeline control tables hold a few rows.
+through ``task_held_idx``, which holds only them; waiting tasks in one grouped
+query on the ``state`` index; the sweeper, channel and pipeline control tables
+hold a few rows.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dlq.metrics import label_kind
 from dlq.models import DLQItem
 from tasks import registry
 from tasks.models import TERMINAL_STATES, UNRESOLVED_STATUSES, PipelineControl, SweeperHeartbeat, Task, TaskState
-from tasks.selectors import held_counts, live_worker_count, queue_backlogs, queue_registry_counts
+from tasks.selectors import held_counts, live_worker_count, queue_backlogs, queue_registry_counts, waiting_counts
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class StateCollector:
         now = timezone.now()
         yield from self._tasks(now)
         yield from self._live_control()
+        yield from self._waiting(now)
         yield from self._dlq(now)
         yield from self._queue(now)
         yield from self._sweeper(now)
@@ -98,6 +100,25 @@ class StateCollector:
         for (pipeline, hold), count in sorted(held_counts().items()):
             held.add_metric([pipeline, hold], count)
         yield held
+
+    def _waiting(self, now):
+        waiting = GaugeMetricFamily(
+            "reliability_tasks_waiting",
+            'Tasks waiting without a worker, by pipeline, wait (the step: a sleep or a wait for a signal; "" for '
+            "a later start) and kind (start, time, signal).",
+            labels=["pipeline", "wait", "kind"],
+        )
+        oldest = GaugeMetricFamily(
+            "reliability_approvals_oldest_waiting_seconds",
+            "How long the task waiting longest at each approval wait has waited for a person's decision.",
+            labels=["pipeline", "wait"],
+        )
+        for row in waiting_counts():
+            waiting.add_metric([row.pipeline, row.wait, row.kind], row.count)
+            if row.approval:
+                oldest.add_metric([row.pipeline, row.wait], max(0.0, (now - row.oldest_since).total_seconds()))
+        yield waiting
+        yield oldest
 
     def _dlq(self, now):
         open_items = GaugeMetricFamily(

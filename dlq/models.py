@@ -35,10 +35,10 @@ class DLQItem(DeadLetter):
 
 
 class ConsoleTask(Task):
-    """A task as the console's operators act on it: the cancel permission hangs on this proxy.
+    """A task as the console's operators act on it: the cancel and approval permissions hang on this proxy.
 
     The task pages stay on the engine's model (``/admin/tasks/task/``); the
-    proxy only carries the console's permission (``dlq.cancel_task``), as
+    proxy only carries the console's permissions (``dlq.cancel_task``, ``dlq.decide_approval``), as
     ``DLQItem`` carries the dead-letter actions', so the engine needs no
     permission of the console's.
     """
@@ -48,7 +48,11 @@ class ConsoleTask(Task):
         verbose_name = _("task")
         verbose_name_plural = _("tasks")
         default_permissions = ()
-        permissions = [("cancel_task", _("Can cancel a task"))]
+        permissions = [
+            ("cancel_task", _("Can cancel a task")),
+            # The approval inbox (dlq.approvals): a decision is a signal to a task waiting at an approval wait.
+            ("decide_approval", _("Can approve or reject a task waiting for approval")),
+        ]
 
 
 class AuditOutcome(models.TextChoices):

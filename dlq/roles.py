@@ -23,7 +23,13 @@ VIEW = [
     "dlq.view_alertdelivery",
     "tasks.view_pipelineschedule",
 ]
-OPERATE = ["dlq.retry_dlqitem", "dlq.close_dlqitem", "dlq.cancel_task"]
+OPERATE = [
+    "dlq.retry_dlqitem",
+    "dlq.close_dlqitem",
+    "dlq.cancel_task",
+    # The approval inbox: approve or reject a task waiting at an approval wait (viewers see the inbox only).
+    "dlq.decide_approval",
+]
 SUPERVISE = [
     "dlq.compensate_dlqitem",
     "dlq.retry_from_start_dlqitem",

@@ -103,11 +103,11 @@ class JsonBlock:
     truncated: bool
 
 
-def _json_block(value: Any, task: Task) -> JsonBlock:
-    """``value`` redacted (with ``task``'s input secrets) and pretty-printed for a page, cut if very long."""
+def redacted_json_block(value: Any, task: Task, *, limit: int = MAX_JSON_CHARACTERS) -> JsonBlock:
+    """``value`` redacted (with ``task``'s input secrets) and pretty-printed for a page, cut past ``limit``."""
     text = json_text(task_redactor(task).value(value))
-    if len(text) > MAX_JSON_CHARACTERS:
-        return JsonBlock(text[:MAX_JSON_CHARACTERS], True)
+    if len(text) > limit:
+        return JsonBlock(text[:limit], True)
     return JsonBlock(text, False)
 
 
@@ -174,13 +174,13 @@ def task_page_context(task: Task) -> dict[str, Any]:
         "steps": _step_rows(task, attempts, checkpoints),
         "attempts": attempts[:MAX_TIMELINE_ROWS],
         "attempts_truncated": len(attempts) > MAX_TIMELINE_ROWS,
-        "checkpoints": [(checkpoint, _json_block(checkpoint.output, task)) for checkpoint in checkpoints],
+        "checkpoints": [(checkpoint, redacted_json_block(checkpoint.output, task)) for checkpoint in checkpoints],
         "side_effects": list(SideEffect.objects.filter(task_id=task.pk).order_by("generation", "step_index", "id")),
         "dlq_items": list(task.dlq_items.order_by("-created_at")),
         "audit_entries": audit_entries[:MAX_AUDIT_ROWS],
         "audit_truncated": len(audit_entries) > MAX_AUDIT_ROWS,
-        "input_json": _json_block(task.input, task),
-        "result_json": _json_block(task.result, task) if task.result is not None else None,
+        "input_json": redacted_json_block(task.input, task),
+        "result_json": redacted_json_block(task.result, task) if task.result is not None else None,
         "held": task.state == TaskState.QUEUED and task.hold != TaskHold.NONE,
     }
 

@@ -5,7 +5,9 @@
 - oldest: the earliest ``created_at`` among unresolved items (``status, created_at``);
 - new failure group: fingerprints of the window (bounded by ``NEW_GROUP_SCAN_LIMIT``),
   each checked with one EXISTS on the ``fingerprint, status`` index;
-- sweeper: the latest heartbeat (one row per sweeper process).
+- sweeper: the latest heartbeat (one row per sweeper process);
+- approval waiting: the tasks waiting longest at an approval wait (``task_state_updated_id_idx``: a waiting
+  task's ``updated_at`` is when it began to wait).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dlq.alerting.models import AlertKind, AlertRule
 from dlq.alerting.summaries import SHOWN_GROUPS, summary_sentence_english
 from dlq.models import DLQItem
 from tasks.models import UNRESOLVED_STATUSES, SweeperHeartbeat
+from tasks.selectors import approval_waiting_tasks
 
 # Notifications link to at most this many matching items (and the filtered list).
 LINKED_ITEMS = 20
@@ -115,12 +118,27 @@ def measure_sweeper_stalled(rule: AlertRule, *, now: dt.datetime) -> Measurement
     return Measurement(age, breaching, code, _facts(rule, age=f"{age:.0f}"))
 
 
+def measure_approval_waiting(rule: AlertRule, *, now: dt.datetime) -> Measurement:
+    tasks = approval_waiting_tasks(pipeline=rule.pipeline or None)
+    oldest = tasks.values_list("updated_at", flat=True).first()
+    if oldest is None:
+        return Measurement(0.0, False, "approval_waiting_none", _facts(rule))
+    age = max(0.0, (now - oldest).total_seconds())
+    # The tasks past the limit (the breach's size), counted only when there is one.
+    count = (
+        tasks.filter(updated_at__lt=now - dt.timedelta(seconds=rule.threshold)).count() if age > rule.threshold else 0
+    )
+    code = "approval_waiting" if count else "approval_waiting_age"
+    return Measurement(age, age > rule.threshold, code, _facts(rule, age=f"{age:.0f}", count=count))
+
+
 MEASURES = {
     AlertKind.OPEN_ITEMS: measure_open_items,
     AlertKind.GROWTH: measure_growth,
     AlertKind.OLDEST_AGE: measure_oldest_age,
     AlertKind.NEW_FAILURE_GROUP: measure_new_failure_group,
     AlertKind.SWEEPER_STALLED: measure_sweeper_stalled,
+    AlertKind.APPROVAL_WAITING: measure_approval_waiting,
 }
 
 

@@ -12,6 +12,8 @@ class AlertKind(models.TextChoices):
     OLDEST_AGE = "oldest_age", _("oldest open DLQ item older than T seconds")
     NEW_FAILURE_GROUP = "new_failure_group", _("a failure group not seen in the last D days")
     SWEEPER_STALLED = "sweeper_stalled", _("the sweeper has not run for S seconds")
+    # A task waiting at an approval wait (Pipeline.wait(..., approval=True)) longer than T seconds.
+    APPROVAL_WAITING = "approval_waiting", _("a task waiting for approval longer than T seconds")
 
 
 class AlertState(models.TextChoices):

@@ -25,6 +25,13 @@ SUMMARIES = {
     "sweeper_age": _("the last sweep finished %(age)ss ago (limit %(limit)ss)"),
     "sweeper_stalled": _("the last sweep finished %(age)ss ago (limit %(limit)ss): delivery is at risk"),
     "sweeper_never_ran": _("no sweeper has ever run: delivery of lost or retried tasks is at risk"),
+    "approval_waiting": _(
+        "%(count)s task(s) in %(where)s waiting for approval longer than %(limit)ss (the longest %(age)ss)"
+    ),
+    "approval_waiting_age": _(
+        "the task waiting longest for approval in %(where)s has waited %(age)ss (limit %(limit)ss)"
+    ),
+    "approval_waiting_none": _("no task waits for approval in %(where)s"),
 }
 # Failure groups named in a summary; more are shown as "…".
 SHOWN_GROUPS = 5

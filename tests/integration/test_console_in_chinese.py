@@ -25,6 +25,7 @@ from dlq.actions import ActionRefused, dlq_item_act
 from dlq.alerting.config_changes import alert_channel_test, alert_config_enabled_set, alert_config_save
 from dlq.alerting.models import AlertChannel, AlertEvent, AlertKind, AlertRule
 from dlq.alerting.rules import alerts_evaluate
+from dlq.approvals import approval_decide
 from dlq.audit import audit_entries_purge
 from dlq.audit_actions import action_label
 from dlq.bulk import bulk_operation_request
@@ -150,6 +151,7 @@ def seeded(clean_redis):
     AlertChannel.objects.create(name="ops-log", kind="log")
     AlertRule.objects.create(name="open-items-rule", kind=AlertKind.OPEN_ITEMS, threshold=0)
     AlertRule.objects.create(name="sweeper-rule", kind=AlertKind.SWEEPER_STALLED, threshold=60)
+    AlertRule.objects.create(name="approvals-rule", kind=AlertKind.APPROVAL_WAITING, threshold=0)
     alerts_evaluate()
     # Alert configuration changes, each audited with its diff (a credential only as changed), and test sends: one
     # delivered (the log channel), one not (a webhook without a URL), which cannot be switched on either.
@@ -190,7 +192,17 @@ def seeded(clean_redis):
     # The retention purge of an old entry writes an entry of its own.
     aged_audit_entry(age=timedelta(days=100), actor="root", target_type="dlq_item", target_id="0")
     audit_entries_purge(older_than=timedelta(days=90))
+    # The approval inbox: a task waiting at an approval wait, one approved (its entry), a rule on approvals.
+    waiting = task_submit(pipeline="t_approval", input={})
+    task_run(task_id=str(waiting.pk), worker="w1")
+    approved = task_submit(pipeline="t_approval", input={})
+    task_run(task_id=str(approved.pk), worker="w1")
+    approval_decide(
+        task_id=approved.pk, wait="manager_approval", decision="approve", actor=root, reason="upstream fixed"
+    )
     return {
+        "waiting": waiting,
+        "approved": approved,
         "cancelled": cancelled,
         "stopping": stopping,
         "held": held,
@@ -256,6 +268,13 @@ def pages(seeded) -> list[str]:
         f"/admin/tasks/task/{seeded['engine_refused'].pk}/change/",
         f"/admin/dlq/dlqitem/{DLQItem.objects.get(task=seeded['engine_refused']).pk}/change/",
         "/admin/dlq/auditentry/?outcome=refused",
+        # The approval inbox, its confirmation pages (one for a task no longer waiting), a decision's entry.
+        "/admin/approvals/",
+        "/admin/approvals/?pipeline=nothing-here",
+        f"/admin/approvals/{seeded['waiting'].pk}/manager_approval/approve/",
+        f"/admin/approvals/{seeded['waiting'].pk}/manager_approval/reject/",
+        f"/admin/approvals/{seeded['approved'].pk}/manager_approval/approve/",
+        f"/admin/dlq/auditentry/{AuditEntry.objects.get(action='approval_approved').pk}/change/",
         # Alert rule and channel changes: their lists and each entry's page with its diff or test outcome.
         "/admin/dlq/auditentry/?target_type=alert_rule",
         "/admin/dlq/auditentry/?target_type=alert_channel",

@@ -45,7 +45,7 @@ SVG_NS = "{http://www.w3.org/2000/svg}"
 NBSP = "\xa0"  # timesince puts one between a number and its unit
 # Session, user, tasks, open items, growth (two), sweeper, operator actions, alert rules, alert
 # history, rows held and the last purges: fixed whatever the data size.
-PAGE_QUERIES = 16  # 12, two for paused pipelines and held tasks, and one per per-minute chart (dlq.activity)
+PAGE_QUERIES = 17  # 12, two for paused pipelines and held tasks, one per per-minute chart (dlq.activity), waiting tasks
 
 
 @pytest.fixture
