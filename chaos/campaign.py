@@ -25,6 +25,7 @@ from chaos.controls import MAX_PAUSE_SHARE, PipelineOperator, default_pause_seco
 from chaos.deployment import Deployment, DeploymentSettings
 from chaos.processes import DeploymentError
 from chaos.record import TERMINAL_STATES
+from chaos.schedules import TICK_SCHEDULE, pause_tick
 from chaos.signals import APPROVAL_PIPELINE, Signaller
 from chaos.workload import (
     APPROVAL_SHARE,
@@ -216,13 +217,15 @@ def run(config: CampaignConfig, *, progress=print) -> CampaignResult:
                     thread.join(timeout=1)
             canceller.wait()
             signaller.wait()
+            # The submissions are done: the schedule stops, so that the run can settle.
+            schedule_controls = [pause_tick()]
         except KeyboardInterrupt:
             stop.set()
             raise
         remaining = config.duration - (time.monotonic() - started)
         settled = _settle(config.settle_timeout + max(0.0, remaining), progress)
         deployment.stop_workers()  # no more platform calls: the simulator's record is final
-        record = _record(config, deployment, submitter, canceller, injector, operator, signaller)
+        record = _record(config, deployment, submitter, canceller, injector, operator, signaller, schedule_controls)
     finally:
         deployment.stop(drop_database=not config.keep_database)
     results = invariants.check(record)
@@ -297,7 +300,14 @@ def _holds(metrics_dir: Path) -> dict[str, dict[str, int]]:
 
 
 def _record(
-    config, deployment: Deployment, submitter: Submitter, canceller: Canceller, injector, operator, signaller
+    config,
+    deployment: Deployment,
+    submitter: Submitter,
+    canceller: Canceller,
+    injector,
+    operator,
+    signaller,
+    schedule_controls: list[dict],
 ) -> dict:
     from django.conf import settings
     from django.db import close_old_connections
@@ -305,7 +315,7 @@ def _record(
     from dlq.models import DLQItem
     from tasks import registry
     from tasks.demo.platform_simulator import SimulatorControl
-    from tasks.models import Checkpoint, SideEffect, Signal, StepAttempt, Task
+    from tasks.models import Checkpoint, PipelineSchedule, ScheduleRun, SideEffect, Signal, StepAttempt, Task
 
     close_old_connections()
     control = SimulatorControl(deployment.simulator_url, timeout=60)
@@ -316,6 +326,7 @@ def _record(
             "deadline": _time(row["deadline"]),
             "cancel_requested_at": _time(row["cancel_requested_at"]),
             "finished_at": _time(row["finished_at"]),
+            "created_at": _time(row["created_at"]),
         }
         for row in Task.objects.values(
             "id",
@@ -330,6 +341,7 @@ def _record(
             "cancel_requested_at",
             "cancel_requested_by",
             "finished_at",
+            "created_at",
         )
     ]
     return {
@@ -397,6 +409,27 @@ def _record(
         "signals": [
             {**row, "task_id": str(row["task_id"]), "received_at": _time(row["received_at"])}
             for row in Signal.objects.values("task_id", "name", "payload", "received_at")
+        ],
+        "schedule_controls": schedule_controls,
+        "schedules": [
+            {
+                **row,
+                "created_at": _time(row["created_at"]),
+                "last_slot_at": _time(row["last_slot_at"]),
+                "paused_at": _time(row["paused_at"]),
+            }
+            for row in PipelineSchedule.objects.filter(name=TICK_SCHEDULE).values(
+                "name", "every_seconds", "created_at", "last_slot_at", "paused_at", "slots_skipped", "slots_missed"
+            )
+        ],
+        "schedule_runs": [
+            {
+                "schedule": row["schedule__name"],
+                "slot_at": _time(row["slot_at"]),
+                "task_id": str(row["task_id"]) if row["task_id"] is not None else None,
+                "error": row["error"],
+            }
+            for row in ScheduleRun.objects.values("schedule__name", "slot_at", "task_id", "error")
         ],
         # The checkpoints of the steps that wait: what a signal brought, until when a sleep slept, and when.
         "wait_checkpoints": [

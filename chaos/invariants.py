@@ -12,7 +12,7 @@ import json
 import urllib.parse
 from collections import Counter, defaultdict
 
-from chaos import control_invariants, wait_invariants
+from chaos import control_invariants, schedule_invariants, wait_invariants
 from chaos.record import (
     NOT_SUCCEEDED_STATES,
     TERMINAL_STATES,
@@ -33,11 +33,17 @@ def check(record: dict) -> list[InvariantResult]:
     """Judge a recorded run against every invariant, in a fixed order; ``RecordError`` if it is malformed.
 
     The effects' invariants first (below), then those of live control: cancels, pauses, limits
-    (``chaos.control_invariants``), then those of waits: signals and sleeps (``chaos.wait_invariants``).
+    (``chaos.control_invariants``), then those of waits: signals and sleeps (``chaos.wait_invariants``), then
+    those of the schedule (``chaos.schedule_invariants``).
     """
     validate_record(record)
     run = RecordedRun.of(record)
-    judged = (*_INVARIANTS, *control_invariants.INVARIANTS, *wait_invariants.INVARIANTS)
+    judged = (
+        *_INVARIANTS,
+        *control_invariants.INVARIANTS,
+        *wait_invariants.INVARIANTS,
+        *schedule_invariants.INVARIANTS,
+    )
     return [invariant(run) for invariant in judged]
 
 

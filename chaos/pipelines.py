@@ -12,6 +12,8 @@ signal ``manager_approval`` (the campaign's clients send it, ``chaos.signals``),
 its report step refuses to go on when the decision is "no", so a rejection, like a wait that times out, is
 compensated (the charge refunded).
 
+``chaos_tick`` is the campaign's schedule (``chaos.schedules``): a task every 2 s whose one step only returns.
+
 Loaded by every process of the campaign's deployment (``RELIABILITY_PIPELINE_MODULES``); development only.
 """
 
@@ -19,12 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from datetime import timedelta
 
+from chaos.schedules import TICK_PIPELINE, TICK_SCHEDULE, TICK_SECONDS
 from chaos.signals import APPROVAL_PIPELINE, APPROVAL_SIGNAL, APPROVAL_TIMEOUT, SLEEP_SECONDS, SLEEP_STEP
 from chaos.workload import LIMITED_PIPELINE
 from tasks.demo import report_pipeline as demo
 from tasks.exceptions import PermanentError
 from tasks.pipelines import Pipeline
+from tasks.schedules import Schedule
 
 MAX_CONCURRENCY = 2
 RATE_LIMIT = "10/s"
@@ -81,3 +86,18 @@ def _approved_report() -> Pipeline:
 
 
 report_approved = _approved_report()
+
+
+tick = Pipeline(
+    TICK_PIPELINE,
+    schedules=[
+        # "allow": a slot fires even while the one before still runs (a worker SIGKILLed under it), so every slot
+        # of the run has its task unless no sweeper could fire it in time (then it is counted missed).
+        Schedule(every=timedelta(seconds=TICK_SECONDS), name=TICK_SCHEDULE, input={"tick": True}, overlap="allow")
+    ],
+)
+
+
+@tick.step
+def tick_once(ctx) -> dict:
+    return {"slot_input": ctx.input}

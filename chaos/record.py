@@ -28,6 +28,13 @@ also say "waits" and "sleeps", its wait and sleep steps' names)::
     signals           [{"task_id", "name", "payload", "received_at"}]      the signals the engine stored
     wait_checkpoints  [{"task_id", "step_index", "step_name", "output", "created_at"}]   of wait and sleep steps
 
+and, in a campaign with a schedule (a task's "created_at" too)::
+
+    schedules          [{"name", "every_seconds", "created_at", "last_slot_at", "paused_at", "slots_skipped",
+                         "slots_missed"}]                        the schedule's row at the end
+    schedule_runs      [{"schedule", "slot_at", "task_id", "error"}]      one per slot fired
+    schedule_controls  [{"action": "pause", "schedule", "called_at", "returned_at"}]   the campaign's pause
+
 Times are ISO 8601 with their offset (``null``: not known, e.g. a crashed attempt's start); a call's
 ``received_ms`` is epoch milliseconds. Every process of a campaign runs on one machine, so every time in a
 record was read from one clock. States, statuses, kinds and outcomes are the values of tasks.models (a unit
@@ -86,7 +93,14 @@ _SECTIONS = {
     "platform": dict,
 }
 # Sections a record of a campaign with waits has (chaos.wait_invariants); an older record lacks them.
-_OPTIONAL_SECTIONS = {"signals_sent": list, "signals": list, "wait_checkpoints": list}
+_OPTIONAL_SECTIONS = {
+    "signals_sent": list,
+    "signals": list,
+    "wait_checkpoints": list,
+    "schedules": list,
+    "schedule_runs": list,
+    "schedule_controls": list,
+}
 SIGNAL_ROLES = frozenset({"first", "repeat", "conflict"})
 _META_FIELDS = {
     "seed": _INT,
@@ -181,6 +195,17 @@ _ITEM_FIELDS = {
         "received_at": _OPT_STR,
     },
     "signals": {"task_id": _STR, "name": _STR, "payload": (object,), "received_at": _STR},
+    "schedules": {
+        "name": _STR,
+        "every_seconds": _NUMBER,
+        "created_at": _STR,
+        "last_slot_at": _OPT_STR,
+        "paused_at": _OPT_STR,
+        "slots_skipped": _INT,
+        "slots_missed": _INT,
+    },
+    "schedule_runs": {"schedule": _STR, "slot_at": _STR, "task_id": _OPT_STR, "error": _STR},
+    "schedule_controls": {"action": _STR, "schedule": _STR, "called_at": _STR, "returned_at": _STR},
     "wait_checkpoints": {
         "task_id": _STR,
         "step_index": _INT,
@@ -196,6 +221,7 @@ _CHOICES = {
     "attempts": {"kind": ATTEMPT_KINDS, "outcome": ATTEMPT_OUTCOMES},
     "ledger": {"status": EFFECT_STATUSES},
     "signals_sent": {"role": SIGNAL_ROLES},
+    "schedule_controls": {"action": frozenset({"pause"})},
 }
 _TIME_FIELDS = {
     "controls": ("called_at", "returned_at"),
@@ -205,6 +231,9 @@ _TIME_FIELDS = {
     "signals_sent": ("received_at",),
     "signals": ("received_at",),
     "wait_checkpoints": ("created_at",),
+    "schedules": ("created_at", "last_slot_at", "paused_at"),
+    "schedule_runs": ("slot_at",),
+    "schedule_controls": ("called_at", "returned_at"),
 }
 _PLATFORM_FIELDS = {"charges": (dict,), "files": (dict,), "notifications": (list,), "reports": (list,)}
 _CHARGE_FIELDS = {"task_id": _OPT_STR, "refunded": _BOOL}

@@ -41,6 +41,8 @@ ALL_INVARIANTS = [
     "signal_consumed_once",
     "no_early_resume",
     "waits_end_as_decided",
+    "one_task_per_slot",
+    "slots_accounted",
 ]
 REPORT_STEPS = ["charge_quota", "generate_report", "upload_file", "notify_user"]
 
@@ -292,8 +294,8 @@ def test_a_valid_run_holds_every_invariant_and_counts_what_it_checked(run):
     assert [result.violations for result in results] == [()] * len(ALL_INVARIANTS)
     assert all(result.holds and result.description for result in results)
     # accepted submissions, keys, succeeded report tasks, failed report tasks, charged tasks,
-    # refunds with an effect, calls, platform keys, report task generations; no cancel, pause, limit or wait
-    assert [result.checked for result in results] == [5, 3, 1, 2, 2, 1, 13, 12, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    # refunds with an effect, calls, platform keys, report task generations; no cancel, pause, limit, wait or schedule
+    assert [result.checked for result in results] == [5, 3, 1, 2, 2, 1, 13, 12, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
 
 
 def test_a_run_recorded_from_the_real_simulator_holds():
