@@ -63,6 +63,31 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+def call_through_faults(call: Callable[[], object], *, refused: type[Exception]) -> dict:
+    """Make an operator's ``call`` to the engine, again after a database fault; what failed, if it did.
+
+    A call the database fails (an injected ``pg_terminate_backend``, a restart) is made again, up to CALL_TRIES
+    times; a repeat the engine refuses (``refused``) because the first one had committed after all (its answer
+    was lost) counts as done. Returns ``{}``, or ``{"failed": True, "detail": …}``.
+    """
+    from django.db import DatabaseError, close_old_connections, connection
+
+    for attempt in range(1, CALL_TRIES + 1):
+        close_old_connections()
+        try:
+            call()
+            return {}
+        except refused as exc:
+            # Refused outright: not the campaign's doing, so not done; a repeat refused was done before.
+            return {"failed": True, "detail": str(exc)} if attempt == 1 else {}
+        except DatabaseError as exc:
+            connection.close()
+            if attempt == CALL_TRIES:
+                return {"failed": True, "detail": f"{type(exc).__name__}: {exc}"}
+            time.sleep(CALL_RETRY_SECONDS)  # the server or the pooler is coming back from a fault
+    return {}
+
+
 class PipelineOperator:
     """Carries out a planned pause and its resume; ``log`` holds what it did (the record's ``controls``)."""
 
@@ -85,28 +110,15 @@ class PipelineOperator:
             self._act("resume", planned.pipeline)
 
     def _act(self, action: str, pipeline: str) -> None:
-        from django.db import DatabaseError, close_old_connections, connection
-
         from tasks.exceptions import PipelineControlRefused
         from tasks.lifecycle.controls import pipeline_pause, pipeline_resume
 
         service = pipeline_pause if action == "pause" else pipeline_resume
         entry = {"action": action, "pipeline": pipeline, "called_at": _now()}
-        for attempt in range(1, CALL_TRIES + 1):
-            close_old_connections()
-            try:
-                service(pipeline=pipeline, actor=ACTOR, reason=f"chaos campaign: {action}")
-                break
-            except PipelineControlRefused as exc:
-                if attempt == 1:  # refused outright: not the campaign's doing, so not done
-                    entry.update(failed=True, detail=str(exc))
-                break  # a repeat refused: the earlier call committed although its answer was lost
-            except DatabaseError as exc:
-                connection.close()
-                if attempt == CALL_TRIES:
-                    entry.update(failed=True, detail=f"{type(exc).__name__}: {exc}")
-                    break
-                time.sleep(CALL_RETRY_SECONDS)  # the server or the pooler is coming back from a fault
+        entry |= call_through_faults(
+            lambda: service(pipeline=pipeline, actor=ACTOR, reason=f"chaos campaign: {action}"),
+            refused=PipelineControlRefused,
+        )
         entry["returned_at"] = _now()
         entry["at"] = round(time.monotonic() - self._started, 2)  # seconds after the start, as a fault's
         self.log.append(entry)

@@ -11,47 +11,31 @@ the run settles, and keeps when it called and when the pause returned: no slot a
 from __future__ import annotations
 
 import logging
-import time
 from datetime import UTC, datetime
+
+from chaos.controls import ACTOR, call_through_faults
 
 logger = logging.getLogger(__name__)
 
 TICK_PIPELINE = "chaos_tick"
 TICK_SCHEDULE = "chaos-tick"
 TICK_SECONDS = 2.0
-ACTOR = "operator:chaos"
-CALL_TRIES = 5
-CALL_RETRY_SECONDS = 0.5
 
 
 def pause_tick() -> dict:
     """Pause the campaign's schedule (again after a database fault); the log entry: called_at, returned_at."""
-    from django.db import DatabaseError, close_old_connections, connection
-
     from tasks.exceptions import ScheduleRefused
     from tasks.lifecycle.schedules import schedule_pause
     from tasks.models import PipelineSchedule
 
+    def pause() -> None:
+        row = PipelineSchedule.objects.filter(name=TICK_SCHEDULE).first()
+        if row is None:
+            raise ScheduleRefused("no schedule row: no sweeper synced the code's schedules")
+        schedule_pause(schedule_id=row.pk, actor=ACTOR, reason="chaos campaign: the submissions are done")
+
     entry = {"action": "pause", "schedule": TICK_SCHEDULE, "called_at": datetime.now(UTC).isoformat()}
-    for attempt in range(1, CALL_TRIES + 1):
-        close_old_connections()
-        try:
-            row = PipelineSchedule.objects.get(name=TICK_SCHEDULE)
-            schedule_pause(schedule_id=row.pk, actor=ACTOR, reason="chaos campaign: the submissions are done")
-            break
-        except PipelineSchedule.DoesNotExist:
-            entry.update(failed=True, detail="no schedule row: no sweeper synced the code's schedules")
-            break
-        except ScheduleRefused as exc:
-            if attempt == 1:
-                entry.update(failed=True, detail=str(exc))
-            break  # a repeat refused: the earlier call committed although its answer was lost
-        except DatabaseError as exc:
-            connection.close()
-            if attempt == CALL_TRIES:
-                entry.update(failed=True, detail=f"{type(exc).__name__}: {exc}")
-                break
-            time.sleep(CALL_RETRY_SECONDS)
+    entry |= call_through_faults(pause, refused=ScheduleRefused)
     entry["returned_at"] = datetime.now(UTC).isoformat()
     logger.info("schedule %s paused at %s", TICK_SCHEDULE, entry["returned_at"])
     return entry

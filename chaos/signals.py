@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 
 import requests
 
+from chaos.clients import CLIENT_TIMEOUT, thread_session
+
 APPROVAL_PIPELINE = "report_approved"
 APPROVAL_SIGNAL = "manager_approval"
 SLEEP_STEP = "cool_off"
@@ -42,7 +44,6 @@ CONFLICT_SHARE = 0.15  # followed by the other decision under another key: refus
 POLL_SECONDS = 0.1
 WATCH_SECONDS = 20.0
 MAX_SENDS = 8
-CLIENT_TIMEOUT = 30.0
 # A stored signal is answered 202; the same signal again, the first answer replayed (also 202).
 SIGNAL_ACCEPTED_STATUSES = frozenset({202})
 
@@ -95,12 +96,7 @@ class Signaller:
         self._pool.shutdown()
 
     def _session(self) -> requests.Session:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = requests.Session()
-            session.headers["Authorization"] = f"Bearer {self.token}"
-            self._local.session = session
-        return session
+        return thread_session(self._local, self.token)
 
     def _run(self, index: int, signal: PlannedSignal, task_id: str) -> None:
         if signal.mode == "never":

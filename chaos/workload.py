@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 
 import requests
 
+from chaos.clients import CLIENT_TIMEOUT, thread_session
 from chaos.record import ACCEPTED_STATUSES, CANCEL_ACCEPTED_STATUSES, TERMINAL_STATES
 from chaos.signals import APPROVAL_PIPELINE, PlannedSignal, Signaller, planned_signal
 
@@ -45,7 +46,6 @@ BATCH_MAX_ITEMS = 8
 APPROVAL_SHARE = 0.12
 # A keyed request whose answer is lost or a 5xx is sent again with the same key, this many times in all.
 MAX_SENDS = 8
-CLIENT_TIMEOUT = 30.0
 PLATFORM_PIPELINE = "report"
 # Declared in chaos.pipelines, which only imports once Django is set up (the campaign's deployment does it).
 LIMITED_PIPELINE = "report_limited"
@@ -227,7 +227,7 @@ class Submitter:
         self._pool.shutdown()
 
     def _session(self) -> requests.Session:
-        return _thread_session(self._local, self.token)
+        return thread_session(self._local, self.token)
 
     def _send_batch(self, group: list[PlannedTask]) -> None:
         """One batch of the group's tasks, for their first client; an item refused for now goes again alone."""
@@ -325,15 +325,6 @@ def _post_until(
     return response, status, error
 
 
-def _thread_session(local: threading.local, token: str) -> requests.Session:
-    session = getattr(local, "session", None)
-    if session is None:
-        session = requests.Session()
-        session.headers["Authorization"] = f"Bearer {token}"
-        local.session = session
-    return session
-
-
 class Canceller:
     """Cancels the planned tasks over HTTP, each at its moment, from a pool of client threads.
 
@@ -382,7 +373,7 @@ class Canceller:
         deadline = time.monotonic() + WATCH_SECONDS[mode]
         while time.monotonic() < deadline and not self.stop.is_set():
             try:
-                response = _thread_session(self._local, self.token).get(self.url + task_id, timeout=CLIENT_TIMEOUT)
+                response = thread_session(self._local, self.token).get(self.url + task_id, timeout=CLIENT_TIMEOUT)
             except requests.RequestException:
                 response = None
             if response is not None and response.status_code == 200:
@@ -397,7 +388,7 @@ class Canceller:
         state, requested_at = None, None
         # Cancelling again is the same cancel: safe to resend after a 5xx or a lost answer.
         response, status, error = _post_until(
-            _thread_session(self._local, self.token),
+            thread_session(self._local, self.token),
             self.url + task_id + "/cancel",
             sends=MAX_SENDS,
             accepted=CANCEL_ACCEPTED_STATUSES,

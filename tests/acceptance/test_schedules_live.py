@@ -1,13 +1,15 @@
-"""A schedule on real sweeper processes: ``every=2 s`` for 20 s with two sweepers, one SIGKILLed and restarted
-meanwhile; every slot of the window has exactly one task, and no slot two."""
+"""Schedules on real sweeper and worker processes: ``every=2 s`` for 20 s with two sweepers, one SIGKILLed and
+restarted meanwhile (every slot of the window has exactly one task, and no slot two); a paused schedule fires
+nothing; ``skip`` skips the slots while a slow task runs and the console says so."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 import pytest
+from django.urls import reverse
 
-from tasks.lifecycle.schedules import slot_key
+from tasks.lifecycle.schedules import schedule_add, schedule_pause, slot_key
 from tasks.models import IdempotencyRecord, PipelineSchedule, ScheduleRun, Task
 from tests.support import wait_for
 
@@ -18,6 +20,8 @@ MODULES = "tasks.demo.report_pipeline,tests.pipelines,tests.schedule_pipelines"
 NAME = "t-every-2s"
 WINDOW = timedelta(seconds=20)
 EVERY = timedelta(seconds=2)
+SECOND = timedelta(seconds=1)
+BY_TEST = {"actor": "test", "reason": "acceptance"}
 
 
 def schedule() -> PipelineSchedule | None:
@@ -52,3 +56,44 @@ def test_two_sweepers_one_killed_and_restarted_fire_each_slot_once(start_sweeper
     assert Task.objects.filter(pk__in=task_ids, pipeline="t_every_two_seconds").count() == len(expected)
     keys = IdempotencyRecord.objects.filter(key__in=[slot_key(NAME, slot) for slot in expected])
     assert sorted(keys.values_list("task_id", flat=True)) == sorted(task_ids)
+
+
+def test_a_paused_schedule_fires_nothing_and_skip_lets_a_slow_task_finish_first(
+    start_sweeper, start_workers, client, django_user_model
+):
+    """Two console schedules every second on real processes: one paused before any sweeper saw it fires nothing
+    while the other fires; the other's slots while its slow task (4 s) runs are skipped, counted and shown on
+    the Schedules page, and the slot after the task finished fires."""
+    paused = schedule_add(
+        name="t-paused-1s", pipeline="t_long", every=SECOND, input={"seconds": 0}, overlap="allow", **BY_TEST
+    )
+    schedule_pause(schedule_id=paused.pk, **BY_TEST)
+    slow = schedule_add(name="t-slow-1s", pipeline="t_long", every=SECOND, input={"seconds": 4}, **BY_TEST)
+    start_workers(1)
+    start_sweeper(RELIABILITY_SWEEP_INTERVAL_SECONDS=SWEEP_INTERVAL)
+
+    first = wait_for(lambda: ScheduleRun.objects.filter(schedule=slow).first(), timeout=60, message="a slot fired")
+    finished = wait_for(
+        lambda: Task.objects.filter(pk=first.task_id, state="succeeded").values_list("finished_at", flat=True).first(),
+        timeout=60,
+        message="the slow task finished",
+    )
+    second = wait_for(
+        lambda: ScheduleRun.objects.filter(schedule=slow, slot_at__gt=first.slot_at).order_by("slot_at").first(),
+        timeout=60,
+        message="a slot after the slow task",
+    )
+
+    slow.refresh_from_db()
+    # Every slot between the first and the first after its task finished was skipped (none fired); the sweeper
+    # ran meanwhile (a slot per second, the task took 4 s), and counted them.
+    assert second.slot_at > finished - SECOND
+    assert slow.slots_skipped >= 1 and first.slot_at < slow.last_skipped_at < finished
+    assert slow.slots_skipped + slow.slots_missed == int((second.slot_at - first.slot_at) / SECOND) - 1
+    # The paused schedule, due every second all along, fired nothing.
+    assert not ScheduleRun.objects.filter(schedule=paused).exists()
+    assert not Task.objects.filter(idempotency_key__startswith="schedule:t-paused-1s:").exists()
+    client.force_login(django_user_model.objects.create_superuser("root", "root@example.com", "pw"))
+    page = client.get(reverse("schedules")).content.decode()
+    row = page[page.index("t-slow-1s") :]
+    assert f"<td>{slow.slots_skipped}<br>" in row[: row.index("</tr>")]
