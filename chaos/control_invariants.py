@@ -379,6 +379,22 @@ def control_summary(record: dict) -> list[tuple[str, int]]:
         when = f" at {control['at']:.1f} s" if isinstance(control.get("at"), int | float) else ""
         failed = " (failed)" if control.get("failed") is True else ""
         lines.append((f"{control['action']} of {control['pipeline']}{when}{failed}", 1))
+    return lines + _waits_and_schedules(record)
+
+
+def _waits_and_schedules(record: dict) -> list[tuple[str, int]]:
+    """The approvals' signals by their answer, and the schedule's slots, when the record has them."""
+    lines = []
+    sent = Counter((send["role"], send["status"], send["code"]) for send in record.get("signals_sent", []))
+    for (role, status, code), n in sorted(sent.items(), key=lambda item: (item[0][0], item[0][1], item[0][2] or "")):
+        lines.append((f"signals ({role}) answered {status or 'nothing'}{f' {code}' if code else ''}", n))
+    for schedule in record.get("schedules", []):
+        fired = sum(1 for run in record.get("schedule_runs", []) if run["schedule"] == schedule["name"])
+        lines += [
+            (f"slots of {schedule['name']} fired", fired),
+            (f"slots of {schedule['name']} skipped (overlap)", schedule["slots_skipped"]),
+            (f"slots of {schedule['name']} missed (outage)", schedule["slots_missed"]),
+        ]
     return lines
 
 

@@ -319,7 +319,7 @@ def format_table(record: dict, results: list[InvariantResult]) -> str:
     lines.append(f"{'fault injected':<{width}}  {'count':>7}")
     lines += [f"{kind:<{width}}  {count:>7}" for kind, count in faults] or ["(none)"]
     lines.append("")
-    if record["cancels"] or record["controls"]:
+    if record["cancels"] or record["controls"] or record.get("signals_sent") or record.get("schedules"):
         actions = control_invariants.control_summary(record)
         width = max(len("live control"), *(len(what) for what, _ in actions))
         lines.append(f"{'live control':<{width}}  {'count':>7}")

@@ -9,10 +9,11 @@ Times are seconds after NOW_MS.
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
-from chaos.invariants import RecordError, check, validate_record
+from chaos.invariants import RecordError, check, format_table, validate_record
 from chaos.schedule_invariants import SYNC_SLACK_SECONDS, slot_key
 from tests.unit.test_chaos_invariants import ALL_INVARIANTS, at, failing, valid_run, violations
 from tests.unit.test_chaos_invariants import task as task_row
@@ -136,3 +137,24 @@ def test_a_malformed_schedule_section_is_refused_in_one_readable_line(run):
     with pytest.raises(RecordError) as raised:
         validate_record(run)
     assert str(raised.value) == "schedule_controls[0].action: expected one of pause, got 'resume'"
+
+
+def test_the_report_counts_the_schedules_slots_and_the_signals_answers(run):
+    run["signals_sent"] = [
+        {
+            "request_id": "1-signal-first",
+            "task_id": "t-x",
+            "name": "manager_approval",
+            "role": "first",
+            "payload": {},
+            "status": 409,
+            "code": "task_finished",
+            "received_at": None,
+        }
+    ]
+
+    table = format_table(run, check(run))
+
+    assert re.search(r"slots of chaos-tick fired +4\n", table)
+    assert re.search(r"slots of chaos-tick missed \(outage\) +1\n", table)
+    assert re.search(r"signals \(first\) answered 409 task_finished +1\n", table)
