@@ -84,9 +84,18 @@ def test_short_campaign_injects_every_fault_and_every_invariant_holds(tmp_path):
     found = dict(control_summary(record))
     assert found.get("cancel found the task before its first step") and found.get("cancel found the task mid-step")
 
+    # Waits: approval tasks were decided by signals (kept, replayed, refused) and passed their wait and sleep;
+    # the schedule fired its slots under the faults and was paused.
+    approvals = [t for t in record["tasks"] if t["pipeline"] == "report_approved"]
+    assert len(approvals) >= 10 and any(t["state"] == "succeeded" for t in approvals)
+    assert any(s["status"] == 202 for s in record["signals_sent"])
+    assert {c["step_name"] for c in record["wait_checkpoints"]} == {"manager_approval", "cool_off"}
+    assert found.get("slots of chaos-tick fired", 0) >= 10, output[-3000:]
+    assert [c["action"] for c in record["schedule_controls"] if not c.get("failed")] == ["pause"]
+
     # Re-checking the record agrees with the printed table: every invariant with PASS.
     results = check(record)
-    assert len(results) == 15
+    assert len(results) == 20
     for result in results:
         assert result.holds, result.violations[:5]
         assert any(result.name in line and "PASS" in line for line in output.splitlines()), output
