@@ -5,14 +5,33 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+
+# signal.getsignal without its conversion to an enum (which raises and catches a ValueError for a function).
+from _signal import getsignal as _handler_in_place
 from collections.abc import Iterator
 
 from tasks import interrupts
 from tasks.exceptions import StepCancelled, StepTimeout
 
+# The limit the main thread runs under, (what, seconds, task_id), while a guarded block runs; None between two.
+_limit: tuple[str, float, object] | None = None
 
-def _stray_alarm(signum, frame) -> None:
-    """Put in place of the default action after a time limit: a late SIGALRM must never end the worker."""
+
+def _on_alarm(signum, frame) -> None:
+    """The SIGALRM handler while and after a time limit: raises in the guarded block, does nothing outside one.
+
+    Installed by the first limit and left in place of the default action (a late SIGALRM must never
+    end the worker), so a step costs no handler swap; a handler of someone else's found in place (RQ's job
+    timeout) is put back after the block.
+    """
+    limit = _limit
+    if limit is None:
+        # A late signal after the block returned must not tear down the checkpoint write that follows.
+        return
+    what, seconds, task_id = limit
+    if task_id is not None and interrupts.attempt_cancelled(task_id):
+        raise StepCancelled(f"{what} was interrupted: its task was cancelled")
+    raise StepTimeout(f"{what} exceeded its timeout of {seconds:.3f}s")
 
 
 @contextlib.contextmanager
@@ -26,24 +45,17 @@ def time_limit(seconds: float, what: str, *, task_id=None) -> Iterator[None]:
     cancel to the step boundary. With ``task_id``, a cancel of that task
     interrupts the block the same way (``tasks.interrupts``).
     """
+    global _limit
     if seconds <= 0:
         raise StepTimeout(f"{what}: no time left")
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    armed = True
-
-    def on_alarm(signum, frame):
-        # Only interrupt while the guarded block runs; a late signal after it
-        # returned must not tear down the checkpoint write that follows.
-        if not armed:
-            return
-        if task_id is not None and interrupts.attempt_cancelled(task_id):
-            raise StepCancelled(f"{what} was interrupted: its task was cancelled")
-        raise StepTimeout(f"{what} exceeded its timeout of {seconds:.3f}s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
+    previous = _handler_in_place(signal.SIGALRM)
+    if previous is not _on_alarm:
+        signal.signal(signal.SIGALRM, _on_alarm)
+    outer, _limit = _limit, (what, seconds, task_id)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     if task_id is not None:
         interrupts.attempt_started(task_id)
@@ -52,6 +64,7 @@ def time_limit(seconds: float, what: str, *, task_id=None) -> Iterator[None]:
     finally:
         if task_id is not None:
             interrupts.attempt_ended()  # first: a cancel arriving now no longer signals
-        armed = False
+        _limit = outer  # disarmed: only the guarded block is ever interrupted
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous if callable(previous) else _stray_alarm)
+        if previous is not _on_alarm and callable(previous):
+            signal.signal(signal.SIGALRM, previous)

@@ -26,6 +26,7 @@ from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.results import Result
 from rq.serializers import JSONSerializer
+from rq.timeouts import UnixSignalDeathPenalty
 from rq.utils import now
 from rq.worker import SimpleWorker, WorkerStatus
 
@@ -152,6 +153,23 @@ listened_queues: frozenset[str] | None = None
 WORKER_HEARTBEAT_SECONDS = 5.0
 
 
+class JobTimeout(UnixSignalDeathPenalty):
+    """RQ's job timeout (SIGALRM), left out for a job that has none.
+
+    Every delivery of the engine is enqueued without one (``NO_JOB_TIMEOUT``): each of its steps runs under its
+    own time limit (``tasks.timeouts``), whose handler then stays in place from one step to the next instead of
+    being swapped with RQ's around every step.
+    """
+
+    def setup_death_penalty(self) -> None:
+        if self._timeout is not None and self._timeout > 0:
+            super().setup_death_penalty()
+
+    def cancel_death_penalty(self) -> None:
+        if self._timeout is not None and self._timeout > 0:
+            super().cancel_death_penalty()
+
+
 class ReliabilityWorker(SimpleWorker):
     """A SimpleWorker that always speaks JSON and always runs ``ReliabilityJob``, with a lean loop.
 
@@ -174,6 +192,7 @@ class ReliabilityWorker(SimpleWorker):
     # away; after a restart or a Sentinel failover (seconds) that would idle a
     # worker for up to a minute. The database holds the work, so retry often.
     max_connection_wait_time = 5.0
+    death_penalty_class = JobTimeout
 
     def __init__(self, *args, **kwargs) -> None:
         global _fork_hook_installed

@@ -137,21 +137,20 @@ def task_save_fenced(
         params.append(token)
     now = None
     for model, group in groups + kept_groups:
-        prepare = _insert_fields(model)
         for row in group:
             if not isinstance(row, NewRow):
-                params += [to_db(field.pre_save(row, add=True), db) for field, to_db in prepare]
+                params += [to_db(field.pre_save(row, add=True), db) for field, to_db in _insert_fields(model)]
                 continue
             values = row.values
-            for field, to_db in prepare:
-                if field.attname in values:
-                    value = values[field.attname]
-                elif getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
-                    now = now or timezone.now()
-                    value = now
-                else:
-                    value = field.get_default()
-                params.append(to_db(value, db))
+            for attname, as_is, to_db, default in _row_plan(model):
+                value = values.get(attname, _ABSENT)
+                if value is _ABSENT:
+                    if default is _NOW:
+                        now = now or timezone.now()
+                        value = now
+                    else:
+                        value = default()
+                params.append(value if value is None or type(value) in as_is else to_db(value, db))
     written = execute_statement(db, statement, params)
     if written is None:
         raise LeaseLost(f"task {task.pk}: a newer lease holder or state exists")
@@ -430,6 +429,22 @@ def _insert_fields(model: type[models.Model]) -> tuple[tuple[models.Field, Calla
     return tuple((field, _to_db(field)) for field in model._meta.concrete_fields if field is not model._meta.auto_field)
 
 
+# A field a NewRow leaves out: it takes the current time (auto_now, auto_now_add) or its default.
+_ABSENT = object()
+_NOW = object()
+
+
+@functools.cache
+def _row_plan(model: type[models.Model]) -> tuple[tuple[str, tuple, Callable, object], ...]:
+    """Per inserted field of ``model``: its attname, the types it sends unchanged, its conversion and what it
+    takes when a ``NewRow`` leaves it out, looked up once per model (a step writes two rows of ~25 fields)."""
+    plan = []
+    for field, to_db in _insert_fields(model):
+        now = getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False)
+        plan.append((field.attname, _as_is(field), to_db, _NOW if now else field.get_default))
+    return tuple(plan)
+
+
 # Python types that a field of each kind sends to PostgreSQL unchanged (get_db_prep_save is the identity).
 _AS_IS = {
     "AutoField": (int,),
@@ -468,6 +483,11 @@ def _to_db(field: models.Field) -> Callable:
         return value if value is None or type(value) in as_is else field.get_db_prep_save(value, db)
 
     return to_db
+
+
+def _as_is(field: models.Field) -> tuple[type, ...]:
+    """The Python types ``field`` sends unchanged (``_to_db`` passes them through): none for JSON, datetimes, …"""
+    return _AS_IS.get((field.target_field if field.is_relation else field).get_internal_type(), ())
 
 
 def cast_type(field: models.Field) -> str:

@@ -88,3 +88,39 @@ def test_a_success_returns_the_value_and_a_record_of_the_attempt():
         "w1",
     )
     assert record.outcome == AttemptOutcome.SUCCEEDED and record.started_at <= record.finished_at
+
+
+def test_a_late_alarm_after_the_limit_is_ignored_and_a_foreign_handler_is_put_back():
+    import os
+    import signal
+
+    from tasks.timeouts import time_limit
+    from tasks.worker import JobTimeout
+
+    seen = []
+
+    def foreign(signum, frame):
+        seen.append(signum)
+
+    before = signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    try:
+        with time_limit(5, "step 'a'"):
+            pass
+        # The limit's handler stays (no swap per step) and, disarmed, ignores an alarm that comes late.
+        os.kill(os.getpid(), signal.SIGALRM)
+        signal.signal(signal.SIGALRM, foreign)
+        with time_limit(5, "step 'b'"):
+            assert signal.getsignal(signal.SIGALRM) is not foreign
+        assert signal.getsignal(signal.SIGALRM) is foreign  # someone else's handler is put back
+        os.kill(os.getpid(), signal.SIGALRM)
+        assert seen == [signal.SIGALRM]
+        # RQ's job timeout: armed only for a job that has one (the engine's deliveries have none).
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        with JobTimeout(-1, job_id="j1"):
+            assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+        with JobTimeout(30, job_id="j2"):
+            assert signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, foreign)
+        assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
