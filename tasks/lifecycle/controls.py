@@ -18,7 +18,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from tasks import limits, registry
-from tasks.exceptions import ConfigurationError, PipelineControlRefused, UnknownPipeline
+from tasks.exceptions import ConfigurationError, PipelineControlRefused, ReliabilityError, UnknownPipeline
 from tasks.lifecycle.holds import held_tasks_release
 from tasks.limits_policy import RateLimit, concurrency_check
 from tasks.models import PipelineControl, TaskHold
@@ -46,7 +46,7 @@ def pipeline_pause(*, pipeline: str, actor: str, reason: str, client_ip: str | N
         control.paused = True
         control.paused_at = timezone.now()
         control.paused_by = actor[:150]
-        control.pause_reason = _reason(reason)
+        control.pause_reason = operator_reason(reason)
         control.save()
         _changed(control, "pipeline_paused", actor, reason, before, client_ip)
     return control
@@ -143,12 +143,14 @@ def _snapshot(control: PipelineControl) -> dict:
     }
 
 
-def _reason(reason: str) -> str:
+def operator_reason(reason: str, refusal: type[ReliabilityError] = PipelineControlRefused) -> str:
+    """The reason of an operator's audited change, stripped; ``refusal`` (its code ``reason_required`` or
+    ``reason_too_long``) when it is empty or too long. Pipelines' controls and schedules ask for the same."""
     reason = (reason or "").strip()
     if not reason:
-        raise PipelineControlRefused("a reason is required", code="reason_required")
+        raise refusal("a reason is required", code="reason_required")
     if len(reason) > REASON_MAX_LENGTH:
-        raise PipelineControlRefused(
+        raise refusal(
             f"a reason is at most {REASON_MAX_LENGTH} characters",
             code="reason_too_long",
             details={"max": REASON_MAX_LENGTH},
@@ -164,7 +166,7 @@ def _limits_stamp(control: PipelineControl, actor: str) -> None:
 def _changed(
     control: PipelineControl, action: str, actor: str, reason: str, before: dict, client_ip: str | None
 ) -> None:
-    reason = _reason(reason)
+    reason = operator_reason(reason)
     pipeline_control_changed.send(
         sender=PipelineControl,
         control=control,

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from tasks import registry
 from tasks.exceptions import ConfigurationError, ReliabilityError, ScheduleRefused
+from tasks.lifecycle.controls import operator_reason
 from tasks.models import TERMINAL_STATES, PipelineSchedule, ScheduleRun, ScheduleSource, Task
 from tasks.models.door import door
 from tasks.schedules import Schedule, name_check
@@ -356,6 +357,7 @@ def schedule_snapshot(row: PipelineSchedule) -> dict[str, Any]:
 
 
 def _changed(row: PipelineSchedule, action: str, actor: str, reason: str, before: dict, client_ip: str | None) -> None:
+    reason = operator_reason(reason, ScheduleRefused)  # inside the change's transaction: refused, nothing is kept
     schedule_changed.send(
         sender=PipelineSchedule,
         schedule=row,

@@ -159,6 +159,19 @@ def test_a_paused_schedule_fires_nothing_and_resumes_from_now(declare):
     assert row("sch-pause").slots_missed == 0
 
 
+def test_a_change_without_a_reason_or_with_a_too_long_one_is_refused_and_changes_nothing(declare):
+    declare("sch_reason", Schedule(every=timedelta(minutes=1), name="sch-reason"))
+    schedules_sync(now=T0)
+    schedule = row("sch-reason")
+    for reason, code in (("  ", "reason_required"), ("x" * 1001, "reason_too_long")):
+        with pytest.raises(ScheduleRefused) as refused:
+            schedule_pause(schedule_id=schedule.pk, actor="operator:sue", reason=reason)
+        assert refused.value.code == code
+        assert not row("sch-reason").paused  # the pause rolled back with the refusal
+    paused = schedule_pause(schedule_id=schedule.pk, actor="operator:sue", reason="  maintenance ")
+    assert paused.paused
+
+
 def test_skip_records_the_slot_while_the_last_task_is_unfinished_and_fires_once_it_finished(declare):
     declare("sch_skip", Schedule(every=timedelta(minutes=1), name="sch-skip"))
     schedules_sync(now=T0)
