@@ -10,7 +10,7 @@ from typing import Any
 
 from django.apps import apps
 from django.conf import settings
-from django.core.checks import Error, register
+from django.core.checks import Error, Warning, register
 from django.utils.module_loading import import_string
 
 from tasks.conf import ENGINE_SETTINGS, engine_settings
@@ -79,3 +79,29 @@ def worker_class_checked(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     if not (isinstance(worker_class, type) and issubclass(worker_class, ReliabilityWorker)):
         return [Error(f"RQ['WORKER_CLASS']={configured!r} is not {WORKER_CLASS} or a subclass", id="tasks.E006")]
     return []
+
+
+@register()
+def schedules_checked(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """tasks.W001: a schedule declared in code whose catch-up window is within two sweep intervals.
+
+    Slots fire on the sweeper's beat: a sweep that comes a little late on a loaded machine finds such a slot
+    past its window already and counts it missed instead of running it.
+    """
+    from tasks import registry
+
+    sweep = engine_settings.SWEEP_INTERVAL_SECONDS
+    warnings = []
+    for pipeline in registry.all_pipelines():
+        for schedule in getattr(pipeline, "schedules", ()):
+            window = schedule.window.total_seconds()
+            if window < 2 * sweep:
+                warnings.append(
+                    Warning(
+                        f"schedule {schedule.name!r} of pipeline {pipeline.name!r}: its catch-up window ({window:g} s)"
+                        f" is within two sweep intervals ({sweep:g} s each): a late sweep counts its slots missed",
+                        hint="give it a longer every or catch_up_window, or lower RELIABILITY_SWEEP_INTERVAL_SECONDS",
+                        id="tasks.W001",
+                    )
+                )
+    return warnings

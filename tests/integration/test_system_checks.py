@@ -164,3 +164,30 @@ def test_manage_py_check_with_dlq_but_no_tasks_is_one_line():
         'configuration error: INSTALLED_APPS lists dlq without tasks: the console needs the engine; add "tasks" '
         'before "dlq"'
     )
+
+
+def test_a_code_schedule_whose_window_is_within_two_sweeps_is_warned_about():
+    from datetime import timedelta
+
+    from tasks import Pipeline, Schedule, registry
+
+    tight = Pipeline("checks_tight", schedules=[Schedule(every=timedelta(seconds=8), name="checks-8s")])
+    tight.step(lambda ctx: None, name="work")
+    roomy = Pipeline(
+        "checks_roomy",
+        schedules=[Schedule(every=timedelta(seconds=8), name="checks-8s-late", catch_up_window=timedelta(minutes=1))],
+    )
+    roomy.step(lambda ctx: None, name="work")
+    try:
+        warned = [message for message in errors() if message[0] == "tasks.W001"]
+        assert warned == [
+            (
+                "tasks.W001",
+                "schedule 'checks-8s' of pipeline 'checks_tight': its catch-up window (8 s) is within two sweep "
+                "intervals (5 s each): a late sweep counts its slots missed",
+            )
+        ]
+        assert [m for m in errors(RELIABILITY_SWEEP_INTERVAL_SECONDS=2) if m[0] == "tasks.W001"] == []
+    finally:
+        registry.unregister("checks_tight")
+        registry.unregister("checks_roomy")
