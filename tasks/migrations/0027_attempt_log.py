@@ -2,8 +2,8 @@
 
 """Each attempt's own log (tasks.attempt_log): two columns of the attempt row, written with it.
 
-Both are added without rewriting the table: a NULL column, and one with a constant default (PostgreSQL 11+
-stores it in the catalogue). The default stays in the database, so rows inserted by raw SQL that does not
+Both are added without rewriting or scanning the table: a NULL column, and one with a constant default
+(PostgreSQL 11+ stores it in the catalogue) and no CHECK constraint. The default stays in the database, so rows inserted by raw SQL that does not
 name the column (devtools' scale data) still get 0.
 """
 
@@ -25,6 +25,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='stepattempt',
             name='log_dropped',
-            field=models.PositiveIntegerField(db_default=0, default=0, help_text="lines the step logged past the attempt's log limits"),
+            field=models.IntegerField(db_default=0, default=0, help_text="lines the step logged past the attempt's log limits"),
         ),
     ]
