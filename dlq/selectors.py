@@ -7,7 +7,7 @@ from datetime import UTC
 from urllib.parse import urlencode
 
 from django.db import connections
-from django.db.models import QuerySet
+from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Left, Length
 from django.urls import reverse
 from django.utils import timezone
@@ -17,12 +17,14 @@ from dlq.audit import DETAIL_MAX_LENGTH, REASON_MAX_LENGTH, text_bounded
 from dlq.models import AuditEntry, DLQItem
 from tasks import registry
 from tasks.exceptions import UnknownPipeline
-from tasks.models import Checkpoint, SideEffect
+from tasks.models import AttemptKind, Checkpoint, SideEffect, StepAttempt
 
 # Groups are computed over at most this many of the newest matching items,
 # so the panel stays fast on a million-row table (the page says so).
 GROUP_SCAN_LIMIT = 50_000
 GROUP_LIMIT = 20
+# A task page shows the logs of at most this many attempts (the newest that logged): each may hold 64 KB.
+MAX_LOGGED_ATTEMPTS = 50
 
 
 @dataclass(frozen=True)
@@ -145,3 +147,59 @@ def audit_entries_for_item(*, item: DLQItem, limit: int = 50) -> list[AuditEntry
         entry.reason = text_bounded(entry.reason_start, REASON_MAX_LENGTH, length=entry.reason_length)
         entry.detail = text_bounded(entry.detail_start, DETAIL_MAX_LENGTH, length=entry.detail_length)
     return entries
+
+
+@dataclass(frozen=True)
+class LogLineShown:
+    at: str
+    level: str
+    logger: str
+    message: str
+
+
+@dataclass(frozen=True)
+class AttemptLogShown:
+    """What an attempt's step logged (already redacted when it was stored), and how many lines were not kept."""
+
+    lines: list[LogLineShown]
+    dropped: int
+
+
+def attempt_log_shown(log: list | None, dropped: int) -> AttemptLogShown | None:
+    """An attempt row's ``log`` and ``log_dropped`` as a page shows them; None when the step logged nothing."""
+    if not log and not dropped:
+        return None
+    lines = [
+        LogLineShown(
+            at=str(line.get("at", "")).replace("T", " ").removesuffix("Z"),
+            level=str(line.get("level", "")),
+            logger=str(line.get("logger", "")),
+            message=str(line.get("message", "")),
+        )
+        for line in log or ()
+        if isinstance(line, dict)
+    ]
+    return AttemptLogShown(lines, dropped)
+
+
+def attempt_logs(*, task_id, limit: int = MAX_LOGGED_ATTEMPTS) -> dict[int, AttemptLogShown]:
+    """The logs of the task's newest ``limit`` attempts that logged anything, by attempt row id."""
+    rows = (
+        StepAttempt.objects.filter(task_id=task_id)
+        .filter(Q(log__isnull=False) | Q(log_dropped__gt=0))
+        .order_by(F("finished_at").desc(nulls_last=True), "-id")
+        .values_list("id", "log", "log_dropped")[:limit]
+    )
+    return {pk: shown for pk, log, dropped in rows if (shown := attempt_log_shown(log, dropped)) is not None}
+
+
+def failing_attempt(*, item: DLQItem) -> StepAttempt | None:
+    """The last attempt of the item's failing step (its log and outcome), or None if that step never ran."""
+    if not item.failing_step:
+        return None
+    return (
+        StepAttempt.objects.filter(task_id=item.task_id, kind=AttemptKind.STEP, step_name=item.failing_step)
+        .defer("traceback")
+        .order_by(F("finished_at").desc(nulls_last=True), "-id")
+        .first()
+    )

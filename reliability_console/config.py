@@ -77,6 +77,9 @@ class Env:
         return [part.strip() for part in raw.split(",") if part.strip()]
 
 
+# The values RELIABILITY_LOG_FORMAT takes: key=value text (the default) or JSON lines (reliability_console.logging).
+LOG_FORMATS = ("text", "json")
+
 # How processes reach PostgreSQL: each connection its own server session, or a transaction pooler between.
 DATABASE_POOLERS = ("none", "transaction")
 
@@ -198,6 +201,12 @@ def _refused(problem: str | None) -> None:
 def validate_http_url(name: str, url: str) -> str:
     _refused(setting_rules.http_url(name, url))
     return url.rstrip("/")
+
+
+def validate_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``choices``."""
+    _refused(setting_rules.Choice(choices)(name, value))
+    return value
 
 
 def validate_callback_hosts(name: str, values: list[str]) -> list[str]:

@@ -1,8 +1,17 @@
-"""A log formatter for structured events: ``event=task_claimed task_id=… step=…``."""
+"""The project's log formatters for structured events: ``event=task_claimed task_id=… step=…`` (the default), or
+one JSON object per line (``RELIABILITY_LOG_FORMAT=json``, for log shippers).
+
+Both write the same fields: what a line passed in ``extra`` and, inside a step's attempt, the attempt's
+``task_id``, ``pipeline``, ``step`` and ``attempt`` (``tasks.log_context.AttemptFieldsFilter`` adds them on the
+handler). Both take the credentials out of every URL's query string.
+"""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
+
+from pythonjsonlogger.json import JsonFormatter
 
 from tasks.redaction import query_strings_redacted
 
@@ -29,3 +38,20 @@ def _quote(value: object) -> str:
     if not text or any(ch.isspace() or ch in '"=' for ch in text):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     return text
+
+
+class JsonLinesFormatter(JsonFormatter):
+    """One JSON object per line: ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message`` and every field."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "%(levelname)s %(name)s %(message)s",
+            rename_fields={"levelname": "level", "name": "logger", "exc_info": "traceback"},
+            timestamp="time",
+        )
+
+    def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
+        # As the text formatter: no URL's credentials, whoever logged it (django.request passes the request).
+        return {
+            key: query_strings_redacted(value) if isinstance(value, str) else value for key, value in log_data.items()
+        }

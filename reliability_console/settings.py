@@ -10,11 +10,13 @@ import django
 from django.core.exceptions import ImproperlyConfigured
 
 from reliability_console.config import (
+    LOG_FORMATS,
     Env,
     database_config,
     proxy_ssl_header,
     redis_connection_config,
     validate_callback_hosts,
+    validate_choice,
     validate_database_pooler,
     validate_directory,
     validate_http_url,
@@ -23,6 +25,7 @@ from reliability_console.config import (
     validate_regex,
     validate_regex_list,
 )
+from tasks.setting_rules import LOG_LEVELS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = Env()
@@ -317,15 +320,32 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "reliability-console@localhos
 REPORT_PLATFORM_URL = validate_http_url("REPORT_PLATFORM_URL", env.str("REPORT_PLATFORM_URL", "http://127.0.0.1:8765"))
 
 LOG_LEVEL = env.str("RELIABILITY_LOG_LEVEL", "INFO").upper()
-if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+if LOG_LEVEL not in LOG_LEVELS:
     raise ImproperlyConfigured(f"RELIABILITY_LOG_LEVEL={LOG_LEVEL!r} is not a log level")
+# "text": event=… task_id=… key=value lines; "json": one JSON object per line, for log shippers.
+LOG_FORMAT = validate_choice("RELIABILITY_LOG_FORMAT", env.str("RELIABILITY_LOG_FORMAT", "text").lower(), LOG_FORMATS)
+# What each step attempt keeps of what it logged (tasks.attempt_log): its first lines and bytes, the rest counted.
+RELIABILITY_ATTEMPT_LOG_LINES = env.integer("RELIABILITY_ATTEMPT_LOG_LINES", 200, minimum=0, maximum=10000)
+RELIABILITY_ATTEMPT_LOG_BYTES = env.integer("RELIABILITY_ATTEMPT_LOG_BYTES", 65536, minimum=1024, maximum=1048576)
+RELIABILITY_ATTEMPT_LOG_LEVEL = validate_choice(
+    "RELIABILITY_ATTEMPT_LOG_LEVEL", env.str("RELIABILITY_ATTEMPT_LOG_LEVEL", "INFO").upper(), LOG_LEVELS
+)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"structured": {"()": "reliability_console.logging.StructuredFormatter"}},
-    # A refused request is one line (the audit's), not a warning with a traceback (reliability_console.refusal_log).
-    "filters": {"refusals": {"()": "reliability_console.refusal_log.RefusalFilter"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
+    "formatters": {
+        "text": {"()": "reliability_console.logging.StructuredFormatter"},
+        "json": {"()": "reliability_console.logging.JsonLinesFormatter"},
+    },
+    "filters": {
+        # A refused request is one line (the audit's), not a warning with a traceback (reliability_console.refusal_log).
+        "refusals": {"()": "reliability_console.refusal_log.RefusalFilter"},
+        # Inside a step's attempt, every line carries task_id, pipeline, step and attempt (tasks.log_context).
+        "attempt_fields": {"()": "tasks.log_context.AttemptFieldsFilter"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["attempt_fields"]},
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},

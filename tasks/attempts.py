@@ -17,9 +17,11 @@ from typing import Any
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
+from tasks.attempt_log import LogLine, capture_installed
 from tasks.classify import Classification, classify
 from tasks.context import StepContext
 from tasks.exceptions import LeaseLost, StepCancelled, StepTimeout
+from tasks.log_context import AttemptScope, current_attempt
 from tasks.models import AttemptKind, AttemptOutcome, StepAttempt, Task
 from tasks.redaction import task_redactor
 from tasks.timeouts import time_limit
@@ -48,9 +50,12 @@ class AttemptRecord:
     error: Classification | None = None
     traceback: str = ""
     retry_delay: float | None = None
+    # What the step logged meanwhile (tasks.attempt_log): the lines kept, and how many past the limits were not.
+    log: tuple[LogLine, ...] = ()
+    log_dropped: int = 0
 
     def row(self, task: Task) -> StepAttempt:
-        """The attempt's row, its error message and traceback redacted (``tasks.redaction``)."""
+        """The attempt's row, its error message, traceback and log redacted (``tasks.redaction``)."""
         return StepAttempt(**self.values(task))
 
     def values(self, task: Task) -> dict[str, Any]:
@@ -75,6 +80,8 @@ class AttemptRecord:
             traceback=redactor.text(self.traceback),
             retry_delay_seconds=self.retry_delay,
             retry_after_seconds=error.retry_after if error else None,
+            log=[{**line.as_json(), "message": redactor.text(line.message)} for line in self.log] or None,
+            log_dropped=self.log_dropped,
         )
 
 
@@ -112,11 +119,16 @@ def attempt_run(
     Whatever it raises is classified (transient or permanent, with a code),
     except a lost lease or a database outage, which propagate. A step (not a
     compensation or the notice) is interrupted when its task is cancelled
-    (``tasks.interrupts``): the outcome ``cancelled``.
+    (``tasks.interrupts``): the outcome ``cancelled``. Every line logged
+    meanwhile in this thread carries the attempt's ids (``tasks.log_context``),
+    and what the step logged is kept with the record (``tasks.attempt_log``).
     """
     started_at = timezone.now()
+    capture_installed()
+    scope = AttemptScope(task_id=ctx.task_id, pipeline=ctx.pipeline, step=ctx.step, attempt=ctx.attempt, kind=kind)
 
     def record(outcome: str, error: Classification | None = None, tb: str = "") -> AttemptRecord:
+        log = scope.log
         return AttemptRecord(
             kind=kind,
             step_index=step_index,
@@ -128,8 +140,11 @@ def attempt_run(
             outcome=outcome,
             error=error,
             traceback=tb,
+            log=tuple(log.lines) if log is not None else (),
+            log_dropped=log.dropped if log is not None else 0,
         )
 
+    token = current_attempt.set(scope)
     try:
         with time_limit(timeout, f"{kind} {ctx.step!r}", task_id=ctx.task_id if kind == AttemptKind.STEP else None):
             value = function(ctx)
@@ -138,4 +153,6 @@ def attempt_run(
     except (Exception, StepTimeout, StepCancelled) as exc:
         error = classify(exc, transient_errors)
         return AttemptResult(record(attempt_outcome(error), error, traceback.format_exc(limit=TRACEBACK_FRAMES)))
+    finally:
+        current_attempt.reset(token)
     return AttemptResult(record(AttemptOutcome.SUCCEEDED), value)

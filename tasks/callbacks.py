@@ -62,7 +62,9 @@ def callback_submit(*, task: Task) -> Task | None:
         return None
     event = callback_event(task.state)
     key = f"{task.pk}-{event}-g{task.generation}"
-    body = json_bytes({"event": event, "task": task_representation(task)})
+    # Without the attempts' logs (up to 64 KB each): the body is stored in the callback task's input and sent on
+    # every attempt; the receiver fetches the task when it wants them.
+    body = json_bytes({"event": event, "task": task_representation(task, logs=False)})
     callback_input = {
         "task_id": str(task.pk),
         "event": event,

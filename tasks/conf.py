@@ -126,6 +126,17 @@ ENGINE_SETTINGS: dict[str, Setting] = {
         PURGE_BATCH_SIZE=(500, "tasks per purge transaction", number(minimum=1, maximum=10000, integer=True)),
         PURGE_INTERVAL_SECONDS=(60, "how often the sweeper runs the purges", number(minimum=1)),
         PURGE_PAUSE_RATIO=(1, "pause after each purge batch, times as long as it took", number(minimum=0, maximum=100)),
+        ATTEMPT_LOG_LINES=(
+            200,
+            "lines a step's attempt keeps of what it logged (0: none kept); later lines are counted",
+            number(minimum=0, maximum=10000, integer=True),
+        ),
+        ATTEMPT_LOG_BYTES=(
+            65536,
+            "bytes of message text an attempt keeps of what it logged; later lines are counted",
+            number(minimum=1024, maximum=1048576, integer=True),
+        ),
+        ATTEMPT_LOG_LEVEL=("INFO", "the least severe level an attempt's log keeps", rules.log_level),
     ),
     "DATABASE_POOLER": Setting(
         "DATABASE_POOLER",

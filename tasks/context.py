@@ -1,13 +1,15 @@
-"""What a step sees: its task's input, earlier outputs, the deadline and stable effect keys."""
+"""What a step sees: its task's input, earlier outputs, the deadline, stable effect keys and its log."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from tasks.attempt_log import step_logger
 from tasks.exceptions import StepTimeout
 
 
@@ -59,6 +61,12 @@ class StepContext:
         # Effects the far side confirmed (a 2xx answer through ctx.http): done even if the step then fails.
         self.acted_keys: dict[str, str] = {}
         self._http = None
+
+    @property
+    def log(self) -> logging.Logger:
+        """The step's logger: its lines are kept with this attempt (``tasks.attempt_log``, INFO and above by
+        default) and written to the process's log with the attempt's ids, like any logger's inside a step."""
+        return step_logger()
 
     @property
     def http(self):

@@ -109,19 +109,23 @@ def task_summary(task: Task) -> dict[str, Any]:
     }
 
 
-def task_representation(task: Task, *, just_created: bool = False) -> dict[str, Any]:
-    """The task as the API shows it: state, steps (state, attempts, last error), result, failure.
+def task_representation(task: Task, *, just_created: bool = False, logs: bool = True) -> dict[str, Any]:
+    """The task as the API shows it: state, steps (state, attempts, last error, each attempt's log), result, failure.
 
     ``just_created``: the task was created in this transaction, so it has no attempt and no checkpoint yet
-    (the submission's answer needs no query).
+    (the submission's answer needs no query). Without ``logs`` (a completion callback's body) each step's
+    ``attempt_logs`` is null: the body stays small, and the receiver fetches the task for them.
     """
     names = _step_names(task)
     attempts, completed = [], set()
     if not just_created:
+        columns = ["kind", "step_name", "outcome", "error_code", "error_message"]
+        if logs:
+            columns += ["attempt", "started_at", "finished_at", "log", "log_dropped"]
         attempts = list(
             StepAttempt.objects.filter(task_id=task.pk, generation=task.generation)
             .order_by("started_at", "id")
-            .values("kind", "step_name", "outcome", "error_code", "error_message")
+            .values(*columns)
         )
         completed = set(Checkpoint.objects.filter(task_id=task.pk).values_list("step_name", flat=True))
     steps = []
@@ -139,6 +143,7 @@ def task_representation(task: Task, *, just_created: bool = False) -> dict[str, 
                 "attempts": len(tries),
                 "last_error_code": errors[-1]["error_code"] if errors else None,
                 "last_error_message": errors[-1]["error_message"] if errors else None,
+                "attempt_logs": _attempt_logs(attempts, name) if logs else None,
             }
         )
     return {
@@ -146,6 +151,23 @@ def task_representation(task: Task, *, just_created: bool = False) -> dict[str, 
         "steps": steps,
         "result": task.result if task.state == TaskState.SUCCEEDED else None,
     }
+
+
+def _attempt_logs(attempts: list[dict[str, Any]], step: str) -> list[dict[str, Any]]:
+    """What the step logged in each of its attempts and its compensation's (redacted when they were stored)."""
+    return [
+        {
+            "kind": attempt["kind"],
+            "attempt": attempt["attempt"],
+            "outcome": attempt["outcome"],
+            "started_at": attempt["started_at"],
+            "finished_at": attempt["finished_at"],
+            "log": attempt["log"] or [],
+            "log_dropped": attempt["log_dropped"],
+        }
+        for attempt in attempts
+        if attempt["step_name"] == step and attempt["kind"] in (AttemptKind.STEP, AttemptKind.COMPENSATION)
+    ]
 
 
 def _step_state(task: Task, index: int, name: str, completed: set[str], compensated: bool) -> str:

@@ -51,6 +51,25 @@ def text(name: str, value: Any) -> str | None:
     return None if isinstance(value, str) else f"{name}={value!r} is not a string"
 
 
+# The levels of the logging module, by name (a log level setting is one of them).
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a fixed set of strings."""
+
+    choices: tuple[str, ...]
+
+    def __call__(self, name: str, value: Any) -> str | None:
+        if value not in self.choices:
+            return f"{name}={value!r} is not one of {', '.join(self.choices)}"
+        return None
+
+
+log_level = Choice(LOG_LEVELS)
+
+
 def names(name: str, value: Any) -> str | None:
     """A list or tuple of non-empty strings (module paths, queue names)."""
     if not isinstance(value, list | tuple) or not all(isinstance(item, str) and item for item in value):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -537,3 +538,31 @@ approval_short = Pipeline("t_approval_short", failure_policy=FailurePolicy.COMPE
 approval_short.step(_draft_refund, name="draft_refund", compensate=lambda ctx: None)
 approval_short.wait("manager_approval", timeout=1)
 approval_short.step(_pay_refund, name="pay_refund")
+
+
+# Logs through its own module logger and through ctx.log (issue 24): each attempt keeps what its step said.
+step_logger = logging.getLogger("tests.pipelines.logging")
+logging_steps = Pipeline(
+    "t_logging",
+    retry=RetryPolicy(max_attempts=2, base_delay=0.05, max_delay=0.1, jitter=False),
+    failure_policy=FailurePolicy.PARK,
+)
+
+
+@logging_steps.step
+def log_lines(ctx):
+    label = ctx.input["label"]
+    step_logger.info("module logger says %s in attempt %d", label, ctx.attempt)
+    ctx.log.info("ctx.log says %s in attempt %d", label, ctx.attempt)
+    if ctx.input.get("leak"):
+        # A step that logs its secrets by mistake: the input's api_key, and a bearer token under no secret key.
+        ctx.log.warning("calling the far side with api_key=%s", ctx.input["api_key"])
+        step_logger.info("headers: Authorization: Bearer %s", ctx.input["note"])
+    for number in range(ctx.input.get("lines", 0)):
+        step_logger.info("line %d of %s", number, label)
+    if ctx.input.get("retry_once") and ctx.attempt == 1:
+        raise TransientError(f"{label}: try again", code="again")
+    if ctx.input.get("fail"):
+        step_logger.error("%s gives up", label)
+        raise PermanentError(f"{label}: refused", code="refused")
+    return {"label": label}

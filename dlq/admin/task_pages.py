@@ -34,6 +34,7 @@ from dlq.audit_details import refusal_detail
 from dlq.lifecycle import lifecycle_svg
 from dlq.live_actions import CANCEL_PERMISSION, operator_actor, task_cancel_by_operator, task_cancellable
 from dlq.models import AuditEntry
+from dlq.selectors import attempt_logs
 from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, PipelineFilter, ReadOnlyAdminMixin
 from reliability_console.json_display import json_text
 from reliability_console.paginator import CappedCountPaginator
@@ -155,9 +156,12 @@ def task_page_context(task: Task) -> dict[str, Any]:
     """Everything the task page shows besides the task's own fields (a bounded number of queries)."""
     attempts = list(
         StepAttempt.objects.filter(task_id=task.pk)
-        .defer("traceback")  # stays on the server
+        .defer("traceback", "log")  # the traceback stays on the server; the logs come bounded, below
         .order_by(F("started_at").asc(nulls_last=True), "id")[: MAX_TIMELINE_ROWS + 1]
     )
+    logs = attempt_logs(task_id=task.pk)
+    for attempt in attempts:
+        attempt.log_shown = logs.get(attempt.pk)
     checkpoints = list(Checkpoint.objects.filter(task_id=task.pk).order_by("step_index"))
     audit_entries = list(
         AuditEntry.objects.filter(task_id=task.pk).order_by("-created_at", "-id")[: MAX_AUDIT_ROWS + 1]

@@ -29,7 +29,14 @@ from dlq.admin.common import DenialsAuditedMixin, ServiceViewMixin, client_ip, d
 from dlq.audit import audit_denied
 from dlq.bulk import BULK_PERMISSION, MAX_ITEMS, bulk_operation_request, dlq_selection_act
 from dlq.models import BulkOperation, BulkStatus, DLQItem
-from dlq.selectors import GROUP_SCAN_LIMIT, audit_entries_for_item, failure_groups, retry_preview
+from dlq.selectors import (
+    GROUP_SCAN_LIMIT,
+    attempt_log_shown,
+    audit_entries_for_item,
+    failing_attempt,
+    failure_groups,
+    retry_preview,
+)
 from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, PipelineFilter, ReadOnlyAdminMixin
 from reliability_console.paginator import CappedCountPaginator
 from tasks.models import DLQStatus, ResolutionCode, TaskState
@@ -223,8 +230,11 @@ class DLQItemAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, ad
             for name, spec in ACTIONS.items()
             if request.user.has_perm(spec.permission) and action_available(item=item, action=name)
         ]
+        attempt = failing_attempt(item=item)
         context = {
             "item": item,
+            "failing_attempt": attempt,
+            "failing_attempt_log": attempt_log_shown(attempt.log, attempt.log_dropped) if attempt else None,
             "input_snapshot": redact(item.input_snapshot),
             "action_buttons": buttons,
             "audit_entries": audit_entries_for_item(item=item),

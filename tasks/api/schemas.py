@@ -117,12 +117,33 @@ class CancelOut(Schema):
     reason: str
 
 
+class LogLineOut(Schema):
+    at: str = Field(description="when the line was logged (ISO 8601, UTC)")
+    level: str = Field(description="its level: INFO, WARNING, ERROR, CRITICAL (or DEBUG when kept)")
+    logger: str = Field(description="the logger's name; `reliability.step` for `ctx.log`")
+    message: str = Field(description="the message (with its traceback, if any), secrets redacted")
+
+
+class AttemptLogOut(Schema):
+    kind: str = Field(description="`step` or `compensation`")
+    attempt: int
+    outcome: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    log: list[LogLineOut] = Field(description="what the step logged during the attempt: its first lines")
+    log_dropped: int = Field(description="lines logged past the attempt's log limits, counted, not kept")
+
+
 class StepOut(Schema):
     name: str
     state: StepStateName
     attempts: int
     last_error_code: str | None
     last_error_message: str | None
+    attempt_logs: list[AttemptLogOut] | None = Field(
+        description="each attempt of the step (and of its compensation) with what it logged, oldest first; "
+        "null in a completion callback's body (fetch the task for them)"
+    )
 
 
 class FailureOut(Schema):

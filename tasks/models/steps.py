@@ -47,6 +47,14 @@ class StepAttempt(models.Model):
     traceback = models.TextField(blank=True, default="")
     retry_delay_seconds = models.FloatField(null=True, blank=True, help_text=_("delay before the next attempt"))
     retry_after_seconds = models.FloatField(null=True, blank=True, help_text=_("Retry-After sent by the far side"))
+    # What the step logged during the attempt (tasks.attempt_log), redacted: a list of {"at", "level", "logger",
+    # "message"}, its first lines within RELIABILITY_ATTEMPT_LOG_LINES and _BYTES; NULL when it logged nothing.
+    log = models.JSONField(null=True, blank=True, help_text=_("what the step logged during the attempt"))
+    # Lines past those limits, counted, not kept. A database default too: rows written by raw SQL get 0. Not a
+    # PositiveIntegerField: its CHECK would make adding the column scan the whole table under an exclusive lock.
+    log_dropped = models.IntegerField(
+        default=0, db_default=0, help_text=_("lines the step logged past the attempt's log limits")
+    )
 
     objects = DoorManager()  # bulk writes only inside tasks.lifecycle (tasks.models.door)
 

@@ -198,6 +198,20 @@ def test_openapi_document_and_docs_page(client):
     schema = client.get("/api/v1/openapi.json").json()
     assert schema["openapi"].startswith("3.")
     assert {"/api/v1/tasks", "/api/v1/tasks/{task_id}", "/api/v1/idempotency-keys/{key}"} <= set(schema["paths"])
+    # Each step's attempts with what the step logged (issue 24), null in a callback's body.
+    components = schema["components"]["schemas"]
+    attempt_logs = components["StepOut"]["properties"]["attempt_logs"]
+    assert {"$ref": "#/components/schemas/AttemptLogOut"} == attempt_logs["anyOf"][0]["items"]
+    assert set(components["AttemptLogOut"]["properties"]) == {
+        "kind",
+        "attempt",
+        "outcome",
+        "started_at",
+        "finished_at",
+        "log",
+        "log_dropped",
+    }
+    assert set(components["LogLineOut"]["properties"]) == {"at", "level", "logger", "message"}
     docs = client.get("/api/v1/docs")
     assert docs.status_code == 200 and b"swagger" in docs.content.lower()
 

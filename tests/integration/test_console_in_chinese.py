@@ -200,6 +200,9 @@ def seeded(clean_redis):
     approval_decide(
         task_id=approved.pk, wait="manager_approval", decision="approve", actor=root, reason="upstream fixed"
     )
+    # A step that logged more than its attempt keeps, then failed: its log on the task page and the DLQ item's.
+    logged = task_submit(pipeline="t_logging", input={"label": "q6", "lines": 300, "fail": True})
+    task_run(task_id=str(logged.pk), worker="w1")
     return {
         "waiting": waiting,
         "approved": approved,
@@ -211,6 +214,7 @@ def seeded(clean_redis):
         "task": Task.objects.get(pk=compensated.pk),
         "closed": closed,
         "engine_refused": Task.objects.get(pk=engine_refused.pk),
+        "logged": logged,
         "root": root,
     }
 
@@ -268,6 +272,9 @@ def pages(seeded) -> list[str]:
         f"/admin/tasks/task/{seeded['engine_refused'].pk}/change/",
         f"/admin/dlq/dlqitem/{DLQItem.objects.get(task=seeded['engine_refused']).pk}/change/",
         "/admin/dlq/auditentry/?outcome=refused",
+        # What a step logged: under its attempt on the task page, the failing attempt's on the item page.
+        f"/admin/tasks/task/{seeded['logged'].pk}/change/",
+        f"/admin/dlq/dlqitem/{DLQItem.objects.get(task=seeded['logged']).pk}/change/",
         # The approval inbox, its confirmation pages (one for a task no longer waiting), a decision's entry.
         "/admin/approvals/",
         "/admin/approvals/?pipeline=nothing-here",

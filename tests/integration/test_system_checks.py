@@ -74,6 +74,14 @@ def test_the_standalone_project_has_no_issue():
             ),
         ),
         (
+            {"RELIABILITY_ATTEMPT_LOG_LEVEL": "LOUD"},
+            ("tasks.E001", "RELIABILITY_ATTEMPT_LOG_LEVEL='LOUD' is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+        ),
+        (
+            {"RELIABILITY_ATTEMPT_LOG_LINES": 20000},
+            ("tasks.E001", "RELIABILITY_ATTEMPT_LOG_LINES=20000 must be at most 10000"),
+        ),
+        (
             {"RELIABILITY_QUEUE": "urgent"},
             (
                 "tasks.E005",

@@ -114,6 +114,19 @@ def test_a_bad_setting_stops_manage_py_with_one_readable_line():
 @pytest.mark.parametrize(
     ("name", "raw", "message"),
     [
+        ("RELIABILITY_LOG_FORMAT", "xml", "'xml' is not one of text, json"),
+        ("RELIABILITY_ATTEMPT_LOG_LEVEL", "loud", "'LOUD' is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+        ("RELIABILITY_ATTEMPT_LOG_BYTES", "10", "'10' must be at least 1024"),
+    ],
+)
+def test_a_bad_log_setting_stops_manage_py_with_one_readable_line(name, raw, message):
+    assert manage_py_check_error(name, raw) == f"configuration error: {name}={message}"
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(
+    ("name", "raw", "message"),
+    [
         ("RELIABILITY_TASK_RETENTION_DAYS", "-1", "must be at least 0"),
         ("RELIABILITY_TASK_RETENTION_DAYS", "a month", "is not an integer"),
         ("RELIABILITY_AUDIT_RETENTION_DAYS", "7.5", "is not an integer"),

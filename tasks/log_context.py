@@ -1,0 +1,60 @@
+"""Which attempt the current thread is running, for every log line written meanwhile.
+
+``tasks.attempts.attempt_run`` sets the scope when an attempt starts and resets it when it ends (one
+``ContextVar.set`` and ``reset``: a step pays nothing more). Two readers use it:
+
+- ``AttemptFieldsFilter``, on the project's log handler, adds ``task_id``, ``pipeline``, ``step`` and
+  ``attempt`` to every line written in the scope, whoever wrote it: the engine, the step's own loggers,
+  ``ctx.log``, the code under ``ctx.http``. ``correlation_fields`` is the one place such fields are made
+  (a trace's ``trace_id`` and ``span_id`` belong there);
+- ``tasks.attempt_log``'s handler, which keeps the lines a step logged with its attempt.
+
+A context variable is per thread (a new thread starts without one), so a line of another thread of the
+worker (the heartbeat, a thread the step started) or of another task run on another thread carries
+neither the fields nor a place in this attempt's log.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextvars import ContextVar
+from typing import Any
+
+
+class AttemptScope:
+    """The attempt a thread runs: its ids, and (once a line is kept) its log (``tasks.attempt_log``)."""
+
+    __slots__ = ("attempt", "kind", "log", "pipeline", "step", "task_id")
+
+    def __init__(self, *, task_id: Any, pipeline: str, step: str, attempt: int, kind: str) -> None:
+        self.task_id = str(task_id)
+        self.pipeline = pipeline
+        self.step = step
+        self.attempt = attempt
+        self.kind = kind
+        # Made by the capture handler on the attempt's first kept line: an attempt that logs nothing makes none.
+        self.log = None
+
+
+current_attempt: ContextVar[AttemptScope | None] = ContextVar("reliability_current_attempt", default=None)
+
+
+def correlation_fields(scope: AttemptScope) -> dict[str, Any]:
+    """The fields every line written inside ``scope`` carries (and where a trace's ids would be added)."""
+    return {"task_id": scope.task_id, "pipeline": scope.pipeline, "step": scope.step, "attempt": scope.attempt}
+
+
+class AttemptFieldsFilter(logging.Filter):
+    """Adds the current attempt's fields to a record (never replacing a field the line gave itself).
+
+    Put it on the handlers that write lines out (the standalone project's console handler has it), so
+    every formatter sees the fields as if they had been passed in ``extra``.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        scope = current_attempt.get()
+        if scope is not None:
+            fields = vars(record)
+            for name, value in correlation_fields(scope).items():
+                fields.setdefault(name, value)
+        return True
