@@ -62,9 +62,9 @@ def callback_submit(*, task: Task) -> Task | None:
         return None
     event = callback_event(task.state)
     key = f"{task.pk}-{event}-g{task.generation}"
-    # Without the attempts' logs (up to 64 KB each): the body is stored in the callback task's input and sent on
-    # every attempt; the receiver fetches the task when it wants them.
-    body = json_bytes({"event": event, "task": task_representation(task, logs=False)})
+    # The task as GET shows it by default: without the attempts' logs (up to 64 KB each), which the receiver
+    # fetches with ?logs=true when it wants them (the body is stored in the callback task's input).
+    body = json_bytes({"event": event, "task": task_representation(task)})
     callback_input = {
         "task_id": str(task.pk),
         "event": event,

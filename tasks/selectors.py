@@ -109,12 +109,13 @@ def task_summary(task: Task) -> dict[str, Any]:
     }
 
 
-def task_representation(task: Task, *, just_created: bool = False, logs: bool = True) -> dict[str, Any]:
+def task_representation(task: Task, *, just_created: bool = False, logs: bool = False) -> dict[str, Any]:
     """The task as the API shows it: state, steps (state, attempts, last error, each attempt's log), result, failure.
 
     ``just_created``: the task was created in this transaction, so it has no attempt and no checkpoint yet
-    (the submission's answer needs no query). Without ``logs`` (a completion callback's body) each step's
-    ``attempt_logs`` is null: the body stays small, and the receiver fetches the task for them.
+    (the submission's answer needs no query). Without ``logs`` (the default, and a completion callback's body,
+    which is the same JSON) each step's ``attempt_logs`` is null: up to 64 KB per attempt are read and sent
+    only to who asks for them (``GET /api/v1/tasks/{id}?logs=true``).
     """
     names = _step_names(task)
     attempts, completed = [], set()

@@ -141,8 +141,8 @@ class StepOut(Schema):
     last_error_code: str | None
     last_error_message: str | None
     attempt_logs: list[AttemptLogOut] | None = Field(
-        description="each attempt of the step (and of its compensation) with what it logged, oldest first; "
-        "null in a completion callback's body (fetch the task for them)"
+        description="each attempt of the step (and of its compensation) with what it logged, oldest first, "
+        "with `logs=true`; null without it (and in a completion callback's body, the same JSON)"
     )
 
 

@@ -137,12 +137,19 @@ def create_task_batch(
     return HttpResponse(body, status=200, content_type="application/json")
 
 
-@api.get("/tasks/{task_id}", response={200: TaskOut, **ERRORS}, summary="One task with its steps", by_alias=True)
-def get_task(request: HttpRequest, task_id: str):
+@api.get(
+    "/tasks/{task_id}",
+    response={200: TaskOut, **ERRORS},
+    summary="One task with its steps",
+    description="With `logs=true`, each step's `attempt_logs`: every attempt with what the step logged in it "
+    "(without, they are null: the answer is then the body a completion callback sends).",
+    by_alias=True,
+)
+def get_task(request: HttpRequest, task_id: str, logs: bool = Query(False)):
     task = task_for_client(client=request.auth, task_id=task_id)
     if task is None:
         raise ApiError(404, "not_found", "no such task")
-    return _json(task_representation(task))
+    return _json(task_representation(task, logs=logs))
 
 
 CANCEL_BODY = {"required": False, "content": {"application/json": {"schema": CancelIn.model_json_schema()}}}

@@ -99,7 +99,7 @@ def test_json_lines_carry_the_attempts_fields_and_each_attempt_keeps_its_own_lin
     assert "ctx.log says violet in attempt 1" in violet_page and "amber" not in violet_page
 
     api = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
-    body = api.get(f"/api/v1/tasks/{retried.pk}").json()
+    body = api.get(f"/api/v1/tasks/{retried.pk}?logs=true").json()
     logs = body["steps"][0]["attempt_logs"]
     assert [(log["attempt"], len(log["log"]), log["log_dropped"]) for log in logs] == [(1, 200, 102), (2, 200, 102)]
     assert logs[0]["log"][0]["message"] == "module logger says amber in attempt 1"
@@ -107,7 +107,7 @@ def test_json_lines_carry_the_attempts_fields_and_each_attempt_keeps_its_own_lin
     # The secrets the leaky step logged are redacted everywhere; its DLQ item shows the failing attempt's lines.
     item = DeadLetter.objects.get(task=leaky)
     item_page = html.unescape(staff.get(f"/admin/dlq/dlqitem/{item.pk}/change/").content.decode())
-    leaky_api = api.get(f"/api/v1/tasks/{leaky.pk}").content.decode()
+    leaky_api = api.get(f"/api/v1/tasks/{leaky.pk}?logs=true").content.decode()
     for where, text in (("task page", violet_page), ("item page", item_page), ("API", leaky_api)):
         assert API_KEY not in text and BEARER not in text, where
         assert "calling the far side with api_key=[redacted]" in text, where

@@ -92,7 +92,7 @@ def test_the_task_page_and_the_api_show_each_attempts_lines_under_it(staff_clien
         assert f"attempt {3 - number}" not in block  # the other attempt's lines are under the other one
         assert f"Log of log_lines, attempt {number}: 2 lines" in block
 
-    body = client.get(f"/api/v1/tasks/{task.pk}", HTTP_AUTHORIZATION=f"Bearer {token}").json()
+    body = client.get(f"/api/v1/tasks/{task.pk}?logs=true", HTTP_AUTHORIZATION=f"Bearer {token}").json()
     logs = body["steps"][0]["attempt_logs"]
     assert [(log["kind"], log["attempt"], log["outcome"], log["log_dropped"]) for log in logs] == [
         ("step", 1, "transient_error", 0),
@@ -115,7 +115,7 @@ def test_a_logged_secret_is_redacted_on_the_pages_in_the_api_and_in_the_database
 
     task_page = page_text(staff_client, f"/admin/tasks/task/{task.pk}/change/")
     item_page = page_text(staff_client, f"/admin/dlq/dlqitem/{item.pk}/change/")
-    api_body = client.get(f"/api/v1/tasks/{task.pk}", HTTP_AUTHORIZATION=f"Bearer {token}").content.decode()
+    api_body = client.get(f"/api/v1/tasks/{task.pk}?logs=true", HTTP_AUTHORIZATION=f"Bearer {token}").content.decode()
     stored = str(StepAttempt.objects.get(task=task).log)
     for where, text in (("task page", task_page), ("item page", item_page), ("API", api_body), ("row", stored)):
         assert API_KEY not in text and BEARER not in text, where
@@ -174,3 +174,18 @@ def test_two_tasks_on_two_threads_of_one_process_keep_only_their_own_lines(staff
             assert f"{label} line 19" in page and f"{other} line" not in page
     finally:
         registry.unregister("t_logging_threads")
+
+
+def test_the_api_shows_the_logs_only_when_asked_and_a_bad_logs_value_is_a_400(api):
+    api_client, token = api
+    task = task_submit(pipeline="t_logging", input={"label": "plain"}, client=api_client)
+    task_run(task_id=str(task.pk), worker="w1")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+    plain = client.get(f"/api/v1/tasks/{task.pk}").json()
+    assert all(step["attempt_logs"] is None for step in plain["steps"])  # as a completion callback's body
+    asked = client.get(f"/api/v1/tasks/{task.pk}?logs=true").json()
+    assert [[line["message"] for line in step["attempt_logs"][0]["log"]] for step in asked["steps"]] == [
+        ["module logger says plain in attempt 1", "ctx.log says plain in attempt 1"]
+    ]
+    bad = client.get(f"/api/v1/tasks/{task.pk}?logs=maybe")
+    assert bad.status_code == 400 and "logs" in bad.content.decode()
