@@ -125,7 +125,9 @@ def attempt_run(
     """
     started_at = timezone.now()
     capture_installed()
-    scope = AttemptScope(task_id=ctx.task_id, pipeline=ctx.pipeline, step=ctx.step, attempt=ctx.attempt, kind=kind)
+    scope = AttemptScope(
+        task_id=ctx.task_id, pipeline=ctx.pipeline, step=ctx.step, attempt=ctx.attempt, kind=kind, input=ctx.input
+    )
 
     def record(outcome: str, error: Classification | None = None, tb: str = "") -> AttemptRecord:
         log = scope.log

@@ -79,6 +79,10 @@ def test_json_lines_carry_the_attempts_fields_and_each_attempt_keeps_its_own_lin
         assert (line["task_id"], line["pipeline"], line["step"]) == (str(task.pk), "t_logging", "log_lines"), line
         assert line["attempt"] in (1, 2) and {"time", "level"} <= set(line)
     assert {line["attempt"] for line in steps_lines if "amber" in line["message"]} == {1, 2}
+    # The secrets the leaky step logged are redacted in the workers' own output too, whoever logged them.
+    output = "".join(worker.output() for worker in pool.workers)
+    assert API_KEY not in output and BEARER not in output
+    assert any("api_key=[redacted]" in line["message"] for line in steps_lines)
     # Lines outside any attempt (the worker's start, RQ's job lines) are JSON too, without an attempt's fields.
     assert any(line.get("logger", "").startswith("rq.") and "attempt" not in line for line in lines)
 
