@@ -39,6 +39,7 @@ class StepContext:
         generation: int,
         output: Any = None,
         failure: Mapping[str, Any] | None = None,
+        search_attributes: tuple[str, ...] = (),
     ) -> None:
         self.task_id = task_id
         self.pipeline = pipeline
@@ -61,6 +62,9 @@ class StepContext:
         # Effects the far side confirmed (a 2xx answer through ctx.http): done even if the step then fails.
         self.acted_keys: dict[str, str] = {}
         self._http = None
+        # The pipeline's declared search attributes, and what this attempt set (written with its checkpoint).
+        self.search_attributes = search_attributes
+        self.attribute_changes: dict[str, str | None] | None = None
 
     @property
     def log(self) -> logging.Logger:
@@ -76,6 +80,20 @@ class StepContext:
 
             self._http = StepSession(self)
         return self._http
+
+    def set_attributes(self, **values: Any) -> None:
+        """Set or change the task's search attributes (``None`` removes one), kept if this attempt succeeds: written
+        with the step's checkpoint. A name the pipeline did not declare, or a value that is not a string or
+        number of at most 200 characters, fails the step (a permanent error)."""
+        from tasks.attributes import AttributeRefused, attributes_changed
+        from tasks.exceptions import PermanentError
+
+        changes = {**(self.attribute_changes or {}), **values}
+        try:
+            attributes_changed(self.search_attributes, None, changes)  # checked now: the step fails here
+        except AttributeRefused as exc:
+            raise PermanentError(str(exc), code=exc.code) from None
+        self.attribute_changes = changes
 
     def remaining(self) -> float:
         """Seconds left for this attempt (step timeout and task deadline both count)."""

@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tasks import registry
+from tasks.attributes import attribute_names_checked
 from tasks.exceptions import ConfigurationError
 from tasks.exceptions import PermanentError as _PermanentError  # private: see __getattr__
 from tasks.limits_policy import RateLimit, concurrency_check
@@ -144,6 +145,9 @@ class Pipeline:
     stored. ``on_failure`` (optional) runs once after compensation, e.g. to
     tell the user why the task failed. ``schedules`` (``Schedule`` values)
     submit its tasks by the clock (``tasks.schedules``; the sweeper fires them).
+    ``search_attributes`` names the business keys its tasks are found by in the
+    console and the API (``tasks.attributes``): read from the input at
+    submission, set or changed by a step with ``ctx.set_attributes``.
     """
 
     name: str
@@ -160,6 +164,7 @@ class Pipeline:
     rate_limit: str | RateLimit | None = None
     on_cancel: FailurePolicy = FailurePolicy.COMPENSATE
     schedules: list[Schedule] = field(default_factory=list)
+    search_attributes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.match(self.name):
@@ -171,6 +176,7 @@ class Pipeline:
         if self.rate_limit is not None and not isinstance(self.rate_limit, RateLimit):
             self.rate_limit = RateLimit.parse(self.rate_limit, pipeline=self.name)
         self.schedules = schedules_named(self.name, self.schedules)
+        self.search_attributes = attribute_names_checked(self.name, self.search_attributes)
         if self.register:
             registry.register(self)
 

@@ -184,6 +184,7 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
         call_deadline=now + effective,
         attempt=task.step_attempt,
         generation=task.generation,
+        search_attributes=pipeline.search_attributes,
     )
     # A transactional step's own writes commit together with its checkpoint,
     # or roll back with its failed attempt; otherwise the checkpoint is
@@ -214,6 +215,7 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
                 used_keys=ctx.used_keys,
                 is_last=index == len(pipeline.steps) - 1,
                 has_compensation=step.compensate is not None,
+                attributes=ctx.attribute_changes,
             )
             return
         if step.transactional:

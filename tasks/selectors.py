@@ -11,10 +11,12 @@ import base64
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.db import connection
 from django.db.models import CharField, Count, F, Func, Min, Q
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -22,6 +24,7 @@ from rq import Worker
 from rq.utils import utcparse
 
 from tasks import registry
+from tasks.attributes import MAX_VALUE_LENGTH
 from tasks.delivery import get_queue, redis_client
 from tasks.exceptions import InvalidTaskInput, UnknownPipeline
 from tasks.limits import control_values_of, gate_of
@@ -103,6 +106,7 @@ def task_summary(task: Task) -> dict[str, Any]:
         "failure": _failure(task),
         "cancel": _cancel(task),
         "waiting": _waiting(task),
+        "attributes": task.attributes or {},
         "deadline": task.deadline,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
@@ -197,20 +201,56 @@ def task_for_client(*, client: ApiClient, task_id: str) -> Task | None:
 
 
 def task_page(
-    *, client: ApiClient, state: str | None, pipeline: str | None, cursor: str | None, limit: int
+    *,
+    client: ApiClient,
+    state: str | None,
+    pipeline: str | None,
+    cursor: str | None,
+    limit: int,
+    attributes: Sequence[tuple[str, str]] = (),
 ) -> tuple[list[Task], str | None]:
-    """The client's tasks, newest first; keyset pagination on (created_at, id)."""
+    """The client's tasks, newest first; keyset pagination on (created_at, id). ``attributes``: (name, value)
+    pairs a task must all have (``tasks.attributes``)."""
     tasks = Task.objects.filter(client=client)
     if state:
         tasks = tasks.filter(state=state)
     if pipeline:
         tasks = tasks.filter(pipeline=pipeline)
+    for name, value in attributes:
+        tasks = tasks.filter(attribute_condition(name, value))
     if cursor:
         created_at, last_id = decode_cursor(cursor)
         tasks = tasks.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
     page = list(tasks.order_by("-created_at", "-id")[: limit + 1])
     next_cursor = encode_cursor(page[limit - 1]) if len(page) > limit else None
     return page[:limit], next_cursor
+
+
+# The longest value a search attribute holds: the console tells a longer search term it finds nothing.
+ATTRIBUTE_VALUE_MAX = MAX_VALUE_LENGTH
+
+
+def attribute_search(term: str) -> tuple[str, str] | None:
+    """A search term of the console naming a search attribute a pipeline declares, ``order_id:A1001``: (name,
+    value), the value as typed (its length is the caller's to check against ``ATTRIBUTE_VALUE_MAX``); None for
+    any other term, which is searched as before."""
+    name, colon, value = term.partition(":")
+    name, value = name.strip(), value.strip()
+    if not colon or not value:
+        return None
+    declared = {attribute for pipeline in registry.all_pipelines() for attribute in pipeline.search_attributes}
+    return (name, value) if name in declared else None
+
+
+def attribute_condition(name: str, value: str, prefix: str = "") -> Q:
+    """Tasks whose search attribute ``name`` is ``value`` (``prefix``: the path to the task, e.g. ``task__``).
+
+    On PostgreSQL a containment (``attributes @> {name: value}``) that the GIN index answers; elsewhere (SQLite
+    for local use) the key's value read with JSON_EXTRACT.
+    """
+    if connection.vendor == "postgresql":
+        return Q(**{f"{prefix}attributes__contains": {name: value}})
+    return Q(**{f"{prefix}attributes__{name}": value})
 
 
 def encode_cursor(task: Task) -> str:

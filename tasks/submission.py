@@ -25,6 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from tasks import registry
+from tasks.attributes import AttributeRefused, attributes_from_input
 from tasks.callback_urls import callback_url_check
 from tasks.exceptions import InvalidTaskInput
 from tasks.idempotency import idempotency_abandon, idempotency_begin, idempotency_complete
@@ -210,6 +211,10 @@ def clean_input(spec: Pipeline, data: Any) -> Any:
     problem = unstorable_json(text, cleaned)
     if problem:
         raise InvalidTaskInput(f"input holds {problem}, which cannot be stored")
+    try:
+        attributes_from_input(spec.search_attributes, cleaned)
+    except AttributeRefused as exc:
+        raise InvalidTaskInput(str(exc), details={"attribute": exc.name}) from None
     return cleaned
 
 

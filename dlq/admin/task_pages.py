@@ -54,6 +54,7 @@ from tasks.models import (
     TaskState,
 )
 from tasks.redaction import task_redactor
+from tasks.selectors import ATTRIBUTE_VALUE_MAX, attribute_condition, attribute_search
 
 # Columns the list loads: never the input, result or error message, which may be large.
 LIST_COLUMNS = ("id", "pipeline", "state", "current_step", "total_steps", "failure_reason", "created_at")
@@ -189,6 +190,19 @@ def task_page_context(task: Task) -> dict[str, Any]:
     }
 
 
+def attribute_searched(request, queryset, name: str, value: str, prefix: str = ""):
+    """The rows whose task has the search attribute ``name`` = ``value`` (exact); a value too long for one is
+    told and finds nothing. Composes with the list's filters, as any search does."""
+    if len(value) > ATTRIBUTE_VALUE_MAX:
+        messages.warning(
+            request,
+            _("A search attribute's value is at most %(max)d characters: nothing matches %(name)s.")
+            % {"max": ATTRIBUTE_VALUE_MAX, "name": name},
+        )
+        return queryset.none()
+    return queryset.filter(attribute_condition(name, value, prefix))
+
+
 @admin.register(Task)
 class TaskAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("task_id", "pipeline_name", "state_badge", "progress", "failure", "created")
@@ -197,7 +211,10 @@ class TaskAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, admin
     sortable_by = ("created",)
     # Shown for the search box; get_search_results does the searching, through indexes.
     search_fields = ("=id", "=idempotency_key", "=failure_code", "failure_message")
-    search_help_text = _("Task id, idempotency key, error code, or part of an error message.")
+    search_help_text = _(
+        "Task id, idempotency key, error code, part of an error message, or a search attribute as name:value "
+        "(order_id:A1001)."
+    )
     paginator = CappedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # facet counts would count millions of rows
@@ -219,6 +236,9 @@ class TaskAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, admin
         term = search_term.strip()
         if not term:
             return queryset, False
+        attribute = attribute_search(term)
+        if attribute is not None:
+            return attribute_searched(request, queryset, *attribute), False
         condition = Q(idempotency_key=term) | Q(failure_code=term)
         try:
             condition |= Q(pk=uuid.UUID(term))

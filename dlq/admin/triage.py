@@ -26,6 +26,7 @@ from django.utils.translation import gettext_lazy as _
 
 from dlq.actions import ACTIONS, MAX_REASON_LENGTH, ActionResult, OperatorAction, action_available, dlq_item_act
 from dlq.admin.common import DenialsAuditedMixin, ServiceViewMixin, client_ip, deny, operator_form
+from dlq.admin.task_pages import attribute_searched
 from dlq.audit import audit_denied
 from dlq.bulk import BULK_PERMISSION, MAX_ITEMS, bulk_operation_request, dlq_selection_act
 from dlq.models import BulkOperation, BulkStatus, DLQItem
@@ -41,6 +42,7 @@ from reliability_console.admin_mixins import AgeFilter, DistinctValueFilter, Pip
 from reliability_console.paginator import CappedCountPaginator
 from tasks.models import DLQStatus, ResolutionCode, TaskState
 from tasks.redaction import redact
+from tasks.selectors import attribute_search
 
 # The most rows a selection carries (their ids travel in the URL); more must go through "bulk by filter".
 MAX_SELECTED = 200
@@ -77,7 +79,10 @@ class DLQItemAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, ad
     # Choices come from loose index scans, not SELECT DISTINCT over a million rows.
     list_filter = ("status", PipelineFilter, ReasonCodeFilter, ErrorClassFilter, FailingStepFilter, AgeFilter)
     search_fields = ("error_message",)
-    search_help_text = _("task id, idempotency key, error code, or words from the error message")
+    search_help_text = _(
+        "task id, idempotency key, error code, words from the error message, or a search attribute as "
+        "name:value (customer_id:C42)"
+    )
     list_select_related = ("task",)
     paginator = CappedCountPaginator
     show_full_result_count = False
@@ -145,6 +150,9 @@ class DLQItemAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, ad
         term = search_term.strip()
         if not term:
             return queryset, False
+        attribute = attribute_search(term)
+        if attribute is not None:
+            return attribute_searched(request, queryset, *attribute, prefix="task__"), False
         try:
             return queryset.filter(task_id=uuid.UUID(term)), False
         except ValueError:

@@ -163,6 +163,7 @@ class TaskOut(Schema):
     failure: FailureOut | None
     cancel: CancelOut | None = Field(description="set once a cancel was requested")
     waiting: WaitingOut | None = Field(description="set while the task waits (state waiting)")
+    attributes: dict[str, str] = Field(description="its search attributes (the pipeline's declared business keys)")
     deadline: datetime | None
     created_at: datetime
     updated_at: datetime
@@ -176,6 +177,7 @@ class TaskSummaryOut(Schema):
     failure: FailureOut | None
     cancel: CancelOut | None
     waiting: WaitingOut | None
+    attributes: dict[str, str]
     deadline: datetime | None
     created_at: datetime
     updated_at: datetime

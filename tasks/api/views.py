@@ -30,6 +30,7 @@ from tasks.api.schemas import (
     TaskStateName,
 )
 from tasks.api.services import api_task_cancel, api_task_submit, api_task_submit_many
+from tasks.attributes import MAX_ATTRIBUTES, AttributeRefused, attribute_filter_checked
 from tasks.exceptions import (
     ReliabilityError,
 )
@@ -221,7 +222,15 @@ def send_signal(
     )
 
 
-@api.get("/tasks", response={200: TaskPageOut, **ERRORS}, summary="The client's tasks, newest first", by_alias=True)
+@api.get(
+    "/tasks",
+    response={200: TaskPageOut, **ERRORS},
+    summary="The client's tasks, newest first",
+    description="`attribute.<name>=<value>` (repeatable for several names) keeps the tasks whose search "
+    "attribute `<name>` is exactly `<value>`, e.g. `?attribute.order_id=A1001`; a bad one is a 400 "
+    "`invalid_filter` naming it.",
+    by_alias=True,
+)
 def list_tasks(
     request: HttpRequest,
     state: TaskStateName | None = Query(None),
@@ -229,7 +238,14 @@ def list_tasks(
     cursor: str | None = Query(None, max_length=200),
     limit: int = Query(20, ge=1, le=100),
 ):
-    tasks, next_cursor = task_page(client=request.auth, state=state, pipeline=pipeline, cursor=cursor, limit=limit)
+    tasks, next_cursor = task_page(
+        client=request.auth,
+        state=state,
+        pipeline=pipeline,
+        cursor=cursor,
+        limit=limit,
+        attributes=_attribute_filters(request),
+    )
     return _json({"items": [task_summary(task) for task in tasks], "next_cursor": next_cursor})
 
 
@@ -256,6 +272,29 @@ def get_idempotency_key(request: HttpRequest, key: str = Path(..., max_length=25
             "replays": record.replay_count,
         }
     )
+
+
+ATTRIBUTE_PARAMETER = "attribute."
+
+
+def _attribute_filters(request: HttpRequest) -> list[tuple[str, str]]:
+    """The ``attribute.<name>=<value>`` parameters of a list request, checked (``tasks.attributes``)."""
+    found = []
+    for parameter in request.GET:
+        if not parameter.startswith(ATTRIBUTE_PARAMETER):
+            continue
+        values = request.GET.getlist(parameter)
+        if len(values) != 1:
+            raise ApiError(
+                400, "invalid_filter", f"{parameter} is given {len(values)} times", details={"parameter": parameter}
+            )
+        try:
+            found.append(attribute_filter_checked(parameter[len(ATTRIBUTE_PARAMETER) :], values[0]))
+        except AttributeRefused as exc:
+            raise ApiError(400, "invalid_filter", str(exc), details={"parameter": parameter}) from None
+    if len(found) > MAX_ATTRIBUTES:
+        raise ApiError(400, "invalid_filter", f"at most {MAX_ATTRIBUTES} attribute filters", details=None)
+    return found
 
 
 def _json(value) -> HttpResponse:

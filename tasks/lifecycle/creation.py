@@ -12,6 +12,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from tasks.attributes import attributes_from_input
 from tasks.conf import engine_settings
 from tasks.delivery import batch_job_id, deliver_batches, deliver_on_commit
 from tasks.models import ApiClient, Task, TaskState, WaitKind
@@ -59,6 +60,8 @@ def _task_values(new: NewTask) -> dict[str, Any]:
         "idempotency_key": new.key,
         "request_fingerprint": new.fingerprint,
         "callback_url": new.callback_url,
+        # Checked with the input (tasks.submission.clean_input).
+        "attributes": attributes_from_input(new.spec.search_attributes, new.input),
     }
 
 

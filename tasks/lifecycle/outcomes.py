@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from django.utils import timezone
 
 from tasks import metrics, registry
 from tasks.attempts import AttemptRecord
+from tasks.attributes import attributes_changed
 from tasks.callbacks import callback_submit
 from tasks.claim import Claim, lease_seconds
 from tasks.classify import Classification
@@ -112,24 +114,31 @@ def step_succeeded(
     used_keys: dict[str, str],
     is_last: bool,
     has_compensation: bool = False,
+    attributes: Mapping[str, str | None] | None = None,
 ) -> None:
     """Commit a step: checkpoint, attempt row, ledger and the task's progress (or its success).
 
     One fenced statement (see ``tasks.lifecycle.fenced_writes``): a step costs one
     round trip, and a zombie's outcome is rejected whole. The output is
     stored redacted, and the later steps and compensations of this run see
-    what was stored, as a resumed run would.
+    what was stored, as a resumed run would. ``attributes``: the search
+    attributes the step set (``ctx.set_attributes``, checked then), written
+    in the same statement.
     """
     task = claim.task
     output = task_redactor(task).value(output)
-    # A sleep step's end clears the task's sleep (the write's shape has the column only then).
-    slept = ["wait_until"] if task.wait_until is not None else []
+    # A sleep step's end clears the task's sleep, a step's attributes change them (the write's shape has these
+    # columns only then).
+    extra_fields = ["wait_until"] if task.wait_until is not None else []
+    if attributes:
+        task.attributes = attributes_changed(registry.get(task.pipeline).search_attributes, task.attributes, attributes)
+        extra_fields.append("attributes")
     if is_last and (task.in_dlq or task.callback_url):
         # An operator's retry worked: its dead letter is resolved in the same transaction;
         # a callback is created in it too (a crash can lose neither).
         with transaction.atomic():
             task.succeed(result=output)
-            _save_step(task, TASK_FINISH_FIELDS + slept, record, output, used_keys, has_compensation)
+            _save_step(task, TASK_FINISH_FIELDS + extra_fields, record, output, used_keys, has_compensation)
             if task.in_dlq:
                 dead_letter_resolve(
                     task=task, resolution=ResolutionCode.RETRIED, note="the task succeeded after a retry"
@@ -137,11 +146,11 @@ def step_succeeded(
             callback_submit(task=task)
     elif is_last:
         task.succeed(result=output)
-        _save_step(task, TASK_FINISH_FIELDS + slept, record, output, used_keys, has_compensation)
+        _save_step(task, TASK_FINISH_FIELDS + extra_fields, record, output, used_keys, has_compensation)
     else:
         task.advance()
         # The write also says whether a cancel or a pause came in: read at the step boundary (tasks.runner).
-        _save_step(task, TASK_PROGRESS_FIELDS + slept, record, output, used_keys, has_compensation, signals=True)
+        _save_step(task, TASK_PROGRESS_FIELDS + extra_fields, record, output, used_keys, has_compensation, signals=True)
     if is_last:
         run_ended(task)
     claim.outputs[record.step_name] = output

@@ -141,6 +141,10 @@ class Task(ConcurrentTransitionMixin, models.Model):
     idempotency_scope = models.CharField(max_length=100, blank=True, default="")
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True, default="")
+    # Search attributes (tasks.attributes): the declared business keys of the task as text, from its input and
+    # its steps' ctx.set_attributes; NULL when it has none. A GIN index (jsonb_path_ops, migration 0029) answers
+    # a containment search; it is not in the model state (built CONCURRENTLY in raw SQL, as 0005's).
+    attributes = models.JSONField(_("search attributes"), null=True, blank=True)
     # Where the engine POSTs the task's terminal state (tasks.callbacks); empty: no callback.
     # The database default too: code that inserts tasks without the column (the
     # previous release during a rolling deploy, devtools' SQL) still works.
