@@ -43,6 +43,8 @@ report = Pipeline(
     failure_policy=FailurePolicy.COMPENSATE,
     default_step_timeout=10.0,
     validate_input=validate_report_input,
+    # The console finds a user's reports by user_id:alice, the API by ?attribute.user_id=alice.
+    search_attributes=("user_id",),
 )
 
 
