@@ -17,6 +17,9 @@ workers): direct with prepared step writes (the default), direct with plain ones
 transaction``: what dropping the prepared plan costs), and through a PgBouncer in transaction mode (plain
 step writes plus the pooler's hop). The medians are compared with the direct, prepared figure.
 
+Tracing, in alternating rounds too (10-step, 2 workers): off, and on (``RELIABILITY_TRACING=1``) with every span
+exported over OTLP/HTTP to a receiver in this process that keeps nothing: what traces cost the workers.
+
 Every drain is timed the same way: the jobs (or tasks, through ``task_submit``) are created first and held
 back (their Redis queue list is renamed away), the workers are started and registered, then the queue is
 renamed back (which wakes the blocked workers) and the clock runs until the last job finished (bare RQ:
@@ -29,11 +32,13 @@ work and returns the results; ``PART.main()`` is the command line.
 
 from __future__ import annotations
 
+import http.server
 import json
 import multiprocessing
 import os
 import statistics
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -296,6 +301,47 @@ def bench_connections(url: str, redis_url: str, tasks: int, rounds: int, log_dir
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+class _SpanSink(http.server.ThreadingHTTPServer):
+    """A local OTLP/HTTP receiver that takes every export and keeps nothing: what tracing costs the workers."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _SpanSinkHandler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _SpanSinkHandler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def bench_tracing(url: str, redis_url: str, tasks: int, rounds: int, log_dir: Path) -> dict[str, float]:
+    """Median 10-step steps/s with 2 workers, tracing off and on (spans exported to a local receiver), in
+    ``rounds`` alternating rounds."""
+    sink = _SpanSink()
+    traced = {"RELIABILITY_TRACING": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url}
+    samples: dict[str, list[float]] = {"engine_10step_2w_untraced": [], "engine_10step_2w_traced": []}
+    try:
+        for _ in range(rounds):
+            for name, settings in (("engine_10step_2w_untraced", {}), ("engine_10step_2w_traced", traced)):
+                samples[name].append(bench_engine(url, redis_url, "bench_noop_10", 2, tasks, log_dir, **settings) * 10)
+    finally:
+        sink.shutdown()
+        sink.server_close()
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 # --- The whole part ----------------------------------------------------------------------------------------------
 
 # (name, figure, baseline figure, share of the baseline the figure must reach): all with 2 processes.
@@ -381,6 +427,9 @@ def run(
         progress(f"bench: reaching the database directly and through PgBouncer, {connection_rounds} rounds")
         for name, value in bench_connections(engine_url, redis_url, ten_step_tasks, connection_rounds, log_dir).items():
             figure(name, value, "steps/s")
+        progress(f"bench: tracing off and on, {connection_rounds} rounds")
+        for name, value in bench_tracing(engine_url, redis_url, ten_step_tasks, connection_rounds, log_dir).items():
+            figure(name, value, "steps/s")
     finally:
         if not keep:
             drop_database(server_url, database)
@@ -408,6 +457,9 @@ def run(
         ("engine_10step_2w_pgbouncer", "10-step, through PgBouncer"),
     ):
         rows.append(_row(figures, name, "engine_10step_2w_prepared", label))
+    rows.append(
+        _row(figures, "engine_10step_2w_traced", "engine_10step_2w_untraced", "10-step, traced (OTLP to a local sink)")
+    )
     floors = []
     for name, value_name, baseline_name, share in FLOORS:
         value, baseline = figures[value_name]["value"], figures[baseline_name]["value"]
