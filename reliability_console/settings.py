@@ -213,10 +213,6 @@ RELIABILITY_IDEMPOTENCY_LOCK_SECONDS = env.number("RELIABILITY_IDEMPOTENCY_LOCK_
 RELIABILITY_MAX_REQUEST_BYTES = env.integer("RELIABILITY_MAX_REQUEST_BYTES", 262144, minimum=1024)
 RELIABILITY_BATCH_DELIVERY_SIZE = env.integer("RELIABILITY_BATCH_DELIVERY_SIZE", 20, minimum=1)
 RELIABILITY_DATABASE_STORED_FUNCTIONS = env.bool("RELIABILITY_DATABASE_STORED_FUNCTIONS", True)
-# OpenTelemetry traces (tasks.tracing; the otel extra), exported as the OTEL_* variables say.
-RELIABILITY_TRACING = env.bool("RELIABILITY_TRACING", False)
-# A link from a task's page to its trace: a URL template with {trace_id} (e.g. http://jaeger:16686/trace/{trace_id}).
-RELIABILITY_TRACE_URL = env.str("RELIABILITY_TRACE_URL", "")
 # Django refuses bodies past this before our own 413 check could answer.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(RELIABILITY_MAX_REQUEST_BYTES * 2, 2621440)
 

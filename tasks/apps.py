@@ -35,9 +35,3 @@ class TasksConfig(AppConfig):
                 "finished_tasks_purged", finished_tasks_purge_due, interval=engine_settings.PURGE_INTERVAL_SECONDS
             )
         )
-        # With RELIABILITY_TRACING: every request's server span, continuing an incoming traceparent (the API's
-        # submissions store it). Before the first request loads the middleware. Off: nothing is imported.
-        if engine_settings.TRACING is True:
-            from tasks import tracing
-
-            tracing.django_instrumented()

@@ -8,7 +8,6 @@ the ``AttemptRecord`` to ``tasks.lifecycle.outcomes``.
 
 from __future__ import annotations
 
-import dataclasses
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ from typing import Any
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
-from tasks import tracing
 from tasks.attempt_log import LogLine, capture_installed
 from tasks.classify import Classification, classify
 from tasks.context import StepContext
@@ -55,8 +53,6 @@ class AttemptRecord:
     # What the step logged meanwhile (tasks.attempt_log): the lines kept, and how many past the limits were not.
     log: tuple[LogLine, ...] = ()
     log_dropped: int = 0
-    # The attempt's span as a W3C traceparent when tracing is on (tasks.tracing): not a column of its row.
-    trace_parent: str | None = None
 
     def row(self, task: Task) -> StepAttempt:
         """The attempt's row, its error message, traceback and log redacted (``tasks.redaction``)."""
@@ -117,30 +113,6 @@ def attempt_run(
     worker: str,
     timeout: float,
     transient_errors: tuple[type[BaseException], ...] = (),
-    retry_of: str | None = None,
-    fencing_token: int | None = None,
-) -> AttemptResult:
-    """``_attempt_run``, inside the attempt's span when tracing is on (``tasks.tracing``; ``retry_of``: the
-    failed attempt's span a retry links to). Off, one check of a module global."""
-    if tracing.tracer() is None:
-        return _attempt_run(function, ctx, kind, step_index, worker, timeout, transient_errors)
-    with tracing.attempt_span(kind=kind, ctx=ctx, retry_of=retry_of) as span:
-        result = _attempt_run(function, ctx, kind, step_index, worker, timeout, transient_errors)
-        error = result.record.error
-        parent = tracing.attempt_ended(
-            span, outcome=result.record.outcome, error_code=error.code if error else None, fencing_token=fencing_token
-        )
-    return dataclasses.replace(result, record=dataclasses.replace(result.record, trace_parent=parent))
-
-
-def _attempt_run(
-    function: Callable[[StepContext], Any],
-    ctx: StepContext,
-    kind: str,
-    step_index: int,
-    worker: str,
-    timeout: float,
-    transient_errors: tuple[type[BaseException], ...],
 ) -> AttemptResult:
     """Run ``function(ctx)`` within ``timeout`` seconds and return what it returned or how it failed.
 

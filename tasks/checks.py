@@ -105,19 +105,3 @@ def schedules_checked(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
                     )
                 )
     return warnings
-
-
-@register()
-def tracing_checked(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
-    """tasks.W002: RELIABILITY_TRACING on without the OpenTelemetry SDK (no trace is made)."""
-    from tasks import tracing
-
-    if engine_settings.TRACING is True and not tracing.sdk_installed():
-        return [
-            Warning(
-                "RELIABILITY_TRACING is on but the OpenTelemetry SDK is not installed: no trace is made",
-                hint="pip install 'reliability-console[otel]'",
-                id="tasks.W002",
-            )
-        ]
-    return []

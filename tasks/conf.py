@@ -137,8 +137,6 @@ ENGINE_SETTINGS: dict[str, Setting] = {
             number(minimum=1024, maximum=1048576, integer=True),
         ),
         ATTEMPT_LOG_LEVEL=("INFO", "the least severe level an attempt's log keeps", rules.log_level),
-        TRACING=(False, "OpenTelemetry traces of tasks (needs the otel extra; OTEL_* configure it)", rules.boolean),
-        TRACE_URL=("", "a link to a task's trace: a URL with {trace_id} in it (empty: no link)", rules.trace_url),
     ),
     "DATABASE_POOLER": Setting(
         "DATABASE_POOLER",

@@ -18,7 +18,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from tasks import compensation, limits, registry, tracing
+from tasks import compensation, limits, registry
 from tasks.attempts import attempt_run
 from tasks.claim import Claim
 from tasks.classify import Classification
@@ -56,7 +56,7 @@ def task_run(*, task_id: str, worker: str) -> str:
         logger.info("nothing to do", extra={"event": "delivery_skipped", "task_id": task_id, "worker": worker})
         return "skipped"
     try:
-        with tracing.run_span(claim.task), Heartbeat(task_id=claim.task.pk, fencing_token=claim.token):
+        with Heartbeat(task_id=claim.task.pk, fencing_token=claim.token):
             if claim.task.state == TaskState.RUNNING:
                 _run_steps(claim)
             if claim.task.state == TaskState.COMPENSATING and claim.task.lease_owner == worker:
@@ -202,9 +202,6 @@ def _run_one_attempt(claim: Claim, pipeline: Pipeline) -> None:
             worker=claim.owner,
             timeout=effective,
             transient_errors=policy.transient_errors,
-            # A retry of this step links its span to the failed attempt's (tasks.tracing).
-            retry_of=task.trace_context.get("retry_of") if task.trace_context and task.step_attempt > 1 else None,
-            fencing_token=task.fencing_token,
         )
         if result.error is None and waits and result.value.until is not None:
             # Not over: the task waits without a worker (a signal or the sweeper wakes it).

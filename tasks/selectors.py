@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 from rq import Worker
 from rq.utils import utcparse
 
-from tasks import registry, tracing
+from tasks import registry
 from tasks.attributes import MAX_VALUE_LENGTH
 from tasks.delivery import get_queue, redis_client
 from tasks.exceptions import InvalidTaskInput, UnknownPipeline
@@ -107,7 +107,6 @@ def task_summary(task: Task) -> dict[str, Any]:
         "cancel": _cancel(task),
         "waiting": _waiting(task),
         "attributes": task.attributes or {},
-        "trace_id": tracing.trace_id(task.trace_context),
         "deadline": task.deadline,
         "created_at": task.created_at,
         "updated_at": task.updated_at,
@@ -241,11 +240,6 @@ def attribute_search(term: str) -> tuple[str, str] | None:
         return None
     declared = {attribute for pipeline in registry.all_pipelines() for attribute in pipeline.search_attributes}
     return (name, value) if name in declared else None
-
-
-def task_trace(task: Task) -> tuple[str | None, str | None]:
-    """The task's trace id and the link to it (``RELIABILITY_TRACE_URL``), each None when it has none."""
-    return tracing.trace_id(task.trace_context), tracing.trace_url(task.trace_context)
 
 
 def attribute_condition(name: str, value: str, prefix: str = "") -> Q:

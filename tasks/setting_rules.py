@@ -125,18 +125,6 @@ def http_url(name: str, value: Any) -> str | None:
     return None
 
 
-def trace_url(name: str, value: Any) -> str | None:
-    """Empty, or an http(s) URL template naming ``{trace_id}`` (a trace viewer's page: Jaeger, Tempo…)."""
-    if value == "":
-        return None
-    problem = http_url(name, value.replace("{trace_id}", "0") if isinstance(value, str) else value)
-    if problem:
-        return problem
-    if "{trace_id}" not in value:
-        return f"{name}={value!r} must name {{trace_id}} (where the trace id goes)"
-    return None
-
-
 def network_problem(name: str, value: Any) -> str | None:
     """An IP network (``ipaddress`` object, or text in CIDR form such as ``10.0.0.0/8``)."""
     if isinstance(value, ipaddress.IPv4Network | ipaddress.IPv6Network):

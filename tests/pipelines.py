@@ -566,27 +566,3 @@ def log_lines(ctx):
         step_logger.error("%s gives up", label)
         raise PermanentError(f"{label}: refused", code="refused")
     return {"label": label}
-
-
-# Traced end to end (tests/acceptance/test_tracing_live.py): one call to the URL in the input (retried on a 5xx),
-# then a durable sleep (a wait: an event of the run's span), then a step that does nothing.
-traced = Pipeline(
-    "t_traced",
-    retry=RetryPolicy(max_attempts=6, base_delay=0.05, max_delay=0.1, jitter=False),
-    failure_policy=FailurePolicy.PARK,
-)
-
-
-@traced.step(timeout=60)
-def traced_call(ctx):
-    response = ctx.http.get(ctx.input["url"])
-    response.raise_for_status()
-    return {"status": response.status_code}
-
-
-traced.sleep("traced_pause", seconds=0.2)
-
-
-@traced.step
-def traced_done(ctx):
-    return {"done": True}

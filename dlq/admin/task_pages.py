@@ -54,7 +54,7 @@ from tasks.models import (
     TaskState,
 )
 from tasks.redaction import task_redactor
-from tasks.selectors import ATTRIBUTE_VALUE_MAX, attribute_condition, attribute_search, task_trace
+from tasks.selectors import ATTRIBUTE_VALUE_MAX, attribute_condition, attribute_search
 
 # Columns the list loads: never the input, result or error message, which may be large.
 LIST_COLUMNS = ("id", "pipeline", "state", "current_step", "total_steps", "failure_reason", "created_at")
@@ -155,7 +155,6 @@ def _step_rows(task: Task, attempts: list[StepAttempt], checkpoints: list[Checkp
 
 def task_page_context(task: Task) -> dict[str, Any]:
     """Everything the task page shows besides the task's own fields (a bounded number of queries)."""
-    trace_id, trace_url = task_trace(task)
     attempts = list(
         StepAttempt.objects.filter(task_id=task.pk)
         .defer("traceback", "log")  # the traceback stays on the server; the logs come bounded, below
@@ -188,8 +187,6 @@ def task_page_context(task: Task) -> dict[str, Any]:
         "input_json": redacted_json_block(task.input, task),
         "result_json": redacted_json_block(task.result, task) if task.result is not None else None,
         "held": task.state == TaskState.QUEUED and task.hold != TaskHold.NONE,
-        "trace_id": trace_id,
-        "trace_url": trace_url,
     }
 
 

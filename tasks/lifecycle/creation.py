@@ -12,7 +12,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from tasks import tracing
 from tasks.attributes import attributes_from_input
 from tasks.conf import engine_settings
 from tasks.delivery import batch_job_id, deliver_batches, deliver_on_commit
@@ -40,7 +39,7 @@ class NewTask:
     start_at: datetime | None = None
 
 
-def _task_values(new: NewTask, trace_context: dict[str, str] | None = None) -> dict[str, Any]:
+def _task_values(new: NewTask) -> dict[str, Any]:
     """A new task row's fields, for one submission or each of a batch's.
 
     A start in the future is a wait with its time (no job, no worker, no attempt used): the sweeper wakes it
@@ -63,7 +62,6 @@ def _task_values(new: NewTask, trace_context: dict[str, str] | None = None) -> d
         "callback_url": new.callback_url,
         # Checked with the input (tasks.submission.clean_input).
         "attributes": attributes_from_input(new.spec.search_attributes, new.input),
-        "trace_context": trace_context,
     }
 
 
@@ -83,7 +81,7 @@ def task_create(
     """Create the task row of a submission (checked by ``tasks.submission``); deliver it after commit unless it
     starts later."""
     new = NewTask(spec, input, deadline, client, scope, key, fingerprint, callback_url, start_at)
-    task = Task.objects.create(**_task_values(new, tracing.submission_context(spec.name)))
+    task = Task.objects.create(**_task_values(new))
     delayed = task.state == TaskState.WAITING
     if not delayed:
         deliver_on_commit(task.pk, task.fencing_token, pipeline=task.pipeline)
@@ -107,8 +105,7 @@ def tasks_create_many(*, new: Sequence[NewTask]) -> list[Task]:
     RQ job per chunk (``tasks.delivery.deliver_batches``); each task records its chunk's job (``batch_job``)
     for the sweeper's lost-delivery check. A chunk of one is an ordinary delivery.
     """
-    trace_context = tracing.submission_context(new[0].spec.name) if new else None  # the batch's one context
-    tasks = [Task(**_task_values(item, trace_context)) for item in new]
+    tasks = [Task(**_task_values(item)) for item in new]
     by_queue: dict[str, list[Task]] = {}
     for task in tasks:
         if task.state != TaskState.WAITING:  # a later start has no job until the sweeper wakes it

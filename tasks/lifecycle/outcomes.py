@@ -222,15 +222,10 @@ def task_steps_redeclared(*, claim: Claim, step_names: list[str]) -> None:
 @door
 def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datetime) -> None:
     task = claim.task
-    fields = TASK_RETRY_FIELDS
-    if record.trace_parent:
-        # The retry's attempt will link to this failed one (tasks.tracing), on whichever worker it runs.
-        task.trace_context = {**(task.trace_context or {}), "retry_of": record.trace_parent}
-        fields = [*TASK_RETRY_FIELDS, "trace_context"]
     with transaction.atomic():
         token = task.fencing_token
         task.schedule_retry(retry_at=retry_at)
-        task_save_guarded(task, fields)
+        task_save_guarded(task, TASK_RETRY_FIELDS)
         StepAttempt.objects.bulk_create([record.row(task)])
         deliver_on_commit(task.pk, token, when=retry_at, pipeline=task.pipeline)
         run_ended(task)

@@ -15,7 +15,6 @@ from datetime import datetime
 
 from django.db import transaction
 
-from tasks import tracing
 from tasks.claim import Claim
 from tasks.lifecycle.deliveries import wait_ended
 from tasks.lifecycle.fenced_writes import task_save_guarded
@@ -57,10 +56,6 @@ def task_waits(*, claim: Claim, step: str, until: datetime, signal: bool) -> Non
             # finds the task waiting and wakes it), and delivered again at once.
             wait_ended(task=task)
             woken = True
-    tracing.event(
-        "wait",
-        {"step": step, "wait.for": "signal" if signal else "time", "wait.until": until.isoformat(), "woken": woken},
-    )
     logger.info(
         "task waiting",
         extra={

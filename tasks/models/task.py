@@ -145,9 +145,6 @@ class Task(ConcurrentTransitionMixin, models.Model):
     # its steps' ctx.set_attributes; NULL when it has none. A GIN index (jsonb_path_ops, migration 0029) answers
     # a containment search; it is not in the model state (built CONCURRENTLY in raw SQL, as 0005's).
     attributes = models.JSONField(_("search attributes"), null=True, blank=True)
-    # The trace its submission belongs to (tasks.tracing), as W3C traceparent/tracestate, and the failed attempt
-    # a scheduled retry follows ("retry_of"); NULL when tracing was off.
-    trace_context = models.JSONField(_("trace context"), null=True, blank=True)
     # Where the engine POSTs the task's terminal state (tasks.callbacks); empty: no callback.
     # The database default too: code that inserts tasks without the column (the
     # previous release during a rolling deploy, devtools' SQL) still works.
