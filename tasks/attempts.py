@@ -54,7 +54,7 @@ class AttemptRecord:
     # What the step logged meanwhile (tasks.attempt_log): the lines kept, and how many past the limits were not.
     log: tuple[LogLine, ...] = ()
     log_dropped: int = 0
-    # The W3C traceparent of the attempt's span when traced (tasks.tracing): a retry's span links to it.
+    # The W3C traceparent of a failed attempt's span when traced (tasks.tracing): its retry's span links to it.
     traceparent: str = ""
 
     def row(self, task: Task) -> StepAttempt:

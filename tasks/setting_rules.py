@@ -128,7 +128,7 @@ def http_url(name: str, value: Any) -> str | None:
 
 def trace_url(name: str, value: Any) -> str | None:
     """A link to a trace in a tracing UI: empty (no link), or an http(s) URL with ``{trace_id}`` and no other
-    placeholder (``http://jaeger:16686/trace/{trace_id}``)."""
+    placeholder (``http://jaeger:16686/trace/{trace_id}``; a literal brace doubled, as ``str.format`` reads it)."""
     if value == "":
         return None
     example = "e.g. http://jaeger:16686/trace/{trace_id}"
@@ -140,7 +140,7 @@ def trace_url(name: str, value: Any) -> str | None:
         return f"{name}={value!r} is not a URL template ({exc}): {example}"
     if fields != [("trace_id", "", None)]:
         return f"{name}={value!r} must hold {{trace_id}} once and no other placeholder: {example}"
-    return http_url(name, value.replace("{trace_id}", "0" * 32))
+    return http_url(name, value.format(trace_id="0" * 32))
 
 
 def network_problem(name: str, value: Any) -> str | None:

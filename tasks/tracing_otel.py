@@ -237,8 +237,8 @@ class OtelTracing:
             return outcome
 
     def attempt_traced(self, run_attempt: Callable[..., Any], function, ctx, kind: str, *options: Any):
-        """``run_attempt(function, ctx, kind, *options)`` (``tasks.attempts``) inside the attempt's span; the
-        result's record carries the span's ``traceparent`` (a retry of it links to it)."""
+        """``run_attempt(function, ctx, kind, *options)`` (``tasks.attempts``) inside the attempt's span; a failed
+        attempt's record carries the span's ``traceparent`` (the retry's span links to it)."""
         scope = _run.get()
         step, attempt = ctx.step, ctx.attempt
         attributes: dict[str, Any] = {
@@ -265,12 +265,15 @@ class OtelTracing:
                 raise
             record = result.record
             span.set_attribute("outcome", record.outcome)
-            traceparent = carrier_of(span).get("traceparent", "")
-            if record.error is not None:
-                span.set_attribute("error.code", record.error.code)
-                span.set_status(Status(StatusCode.ERROR, record.error.code))
-                if scope is not None:
-                    scope.failed[(kind, step)] = span.get_span_context()
+            if record.error is None:
+                return result
+            span.set_attribute("error.code", record.error.code)
+            span.set_status(Status(StatusCode.ERROR, record.error.code))
+            span_context = span.get_span_context()
+            if scope is not None:
+                scope.failed[(kind, step)] = span_context
+            # Only a failed attempt's record carries its span: what a retry links to (a success needs none).
+            traceparent = f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
             return dataclasses.replace(result, record=dataclasses.replace(record, traceparent=traceparent))
 
     def event(self, name: str, attributes: dict[str, Any]) -> None:

@@ -195,7 +195,7 @@ def task_page_context(task: Task) -> dict[str, Any]:
 def trace_url(task: Task) -> str:
     """The link to the task's trace in the tracing UI (``RELIABILITY_TRACE_URL``); "" without a trace or a UI."""
     template, trace_id = console_settings.TRACE_URL, task.trace_id
-    return template.replace("{trace_id}", trace_id) if template and trace_id else ""
+    return template.format(trace_id=trace_id) if template and trace_id else ""
 
 
 def attribute_searched(request, queryset, name: str, value: str, prefix: str = ""):

@@ -105,6 +105,7 @@ def test_the_check_names_the_missing_sdk(monkeypatch):
         ("", None),
         ("http://jaeger:16686/trace/{trace_id}", None),
         ("https://grafana.example.com/explore?traceId={trace_id}&orgId=1", None),
+        ('https://grafana.example.com/explore?left={{"queries":[{{"query":"{trace_id}"}}]}}', None),
         ("jaeger:16686/trace/{trace_id}", "must be an http:// or https:// URL"),
         ("http://jaeger:16686/trace/", "must hold {trace_id} once and no other placeholder"),
         ("http://jaeger:16686/trace/{id}", "must hold {trace_id} once and no other placeholder"),
