@@ -83,13 +83,13 @@ def exporters_from_environment() -> list[SpanExporter]:
     exporters = []
     for name in filter(None, (part.strip() for part in names.split(","))):
         if name == "otlp":
-            protocol = (
-                os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-                or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-                or "http/protobuf"
-            ).strip()
+            variable = next(
+                (v for v in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL") if os.environ.get(v)),
+                None,
+            )
+            protocol = os.environ[variable].strip() if variable else "http/protobuf"
             if protocol not in OTLP_BY_PROTOCOL:
-                raise ImproperlyConfigured(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not http/protobuf or grpc")
+                raise ImproperlyConfigured(f"{variable}={protocol!r} is not http/protobuf or grpc")
             name = OTLP_BY_PROTOCOL[protocol]
         found = list(entry_points(group=EXPORTER_GROUP, name=name))
         if not found:
@@ -121,7 +121,9 @@ class RunScope:
     task_id: str
     pipeline: str
     fencing_token: int
-    # The last failed attempt of a step before this run, as the task's row keeps it: {step, attempt, traceparent}.
+    generation: int
+    # The last failed attempt of a step before this run, as the task's row keeps it: {step, generation, attempt,
+    # traceparent}.
     retry_of: dict[str, Any] | None
     # (attempt kind, step) -> the span context of its last failed attempt in this run.
     failed: dict[tuple[str, str], trace.SpanContext] = dataclasses.field(default_factory=dict)
@@ -131,7 +133,9 @@ class RunScope:
         if earlier is not None:
             return [Link(earlier, {"link.reason": "retry_of"})]
         stored = self.retry_of
-        if kind == "step" and stored and stored.get("step") == step and int(stored.get("attempt", 0)) < attempt:
+        # The step's next attempt in the same generation (a retry after its delay, after a crash, or an operator's
+        # retry from the checkpoint, which counts the step's attempts from 1 again); a retry from the start is not.
+        if kind == "step" and stored and stored.get("step") == step and stored.get("generation") == self.generation:
             span_context = span_context_of(str(stored.get("traceparent", "")))
             if span_context is not None:
                 return [Link(span_context, {"link.reason": "retry_of", "attempt": int(stored["attempt"])})]
@@ -224,7 +228,7 @@ class OtelTracing:
                 # Submitted untraced: this run starts the task's trace. Kept on the instance, the row gains it
                 # with the next write of the context (a retry's), so the later runs join this one's trace.
                 task.trace_context = {**stored, **carrier_of(span)}
-            scope = RunScope(str(task.pk), task.pipeline, claim.token, stored.get("retry_of"))
+            scope = RunScope(str(task.pk), task.pipeline, claim.token, task.generation, stored.get("retry_of"))
             token = _run.set(scope)
             try:
                 outcome = run(claim)

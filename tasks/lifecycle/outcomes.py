@@ -244,11 +244,17 @@ def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datet
 
 
 def _retry_of_recorded(task: Task, record: AttemptRecord | None) -> list[str]:
-    """With tracing on, the failed attempt's span becomes the task's ``retry_of`` (the next attempt of the step,
-    in a later run, a retry's or an operator's, links to it: ``tasks.tracing``); the fields this adds to the write."""
+    """With tracing on, the failed attempt's span becomes the task's ``retry_of`` (the step's next attempt of this
+    generation, in a later run, a retry's or an operator's, links to it: ``tasks.tracing``); the fields this adds
+    to the write."""
     if record is None or not record.traceparent:
         return []
-    retry_of = {"step": record.step_name, "attempt": record.attempt, "traceparent": record.traceparent}
+    retry_of = {
+        "step": record.step_name,
+        "generation": task.generation,
+        "attempt": record.attempt,
+        "traceparent": record.traceparent,
+    }
     task.trace_context = {**(task.trace_context or {}), "retry_of": retry_of}
     return ["trace_context"]
 

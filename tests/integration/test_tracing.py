@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, format_span_id, format_trace_id
 
 from tasks import tracing
+from tasks.lifecycle.operator import task_retry_from_checkpoint
 from tasks.models import Task
 from tasks.runner import task_run
 from tasks.submission import task_submit
@@ -225,8 +226,26 @@ def test_runs_attempts_and_calls_belong_to_the_submitters_trace_and_each_retry_l
     # The row keeps the last failed attempt (a later run's retry links to it) besides the submitter's context.
     stored = Task.objects.get(pk=task.pk).trace_context
     assert traceparent_parts(stored["traceparent"]) == (trace_id, caller_span)
-    assert stored["retry_of"]["attempt"] == 2
+    assert (stored["retry_of"]["step"], stored["retry_of"]["generation"], stored["retry_of"]["attempt"]) == (
+        "traced_call",
+        0,
+        2,
+    )
     assert traceparent_parts(stored["retry_of"]["traceparent"]) == ids(attempts[1].context)
+
+
+def test_an_operators_retry_from_the_checkpoint_links_to_the_attempt_that_failed(traced, clean_redis):
+    task = task_submit(pipeline="t_parked", input={"fail": True})
+    assert run_to_the_end(str(task.pk)) == "failed"
+    task_retry_from_checkpoint(task_id=task.pk)
+    assert run_to_the_end(str(task.pk)) == "failed"
+    finishes = [span for span in traced.spans() if span.name == "step parked_finish"]
+    # Each run's attempt 1 (an operator's retry counts the step's attempts again); the second links to the first.
+    assert [span.attributes["attempt"] for span in finishes] == [1, 1]
+    (link,) = finishes[1].links
+    assert ids(link.context) == ids(finishes[0].context)
+    runs = [span for span in traced.spans() if span.name == "run t_parked"]
+    assert len({span.context.trace_id for span in runs}) == 1 and runs[0].parent == runs[1].parent
 
 
 def test_a_task_submitted_untraced_keeps_one_trace_across_its_runs(remote, clean_redis, monkeypatch):

@@ -126,3 +126,46 @@ def test_a_bad_trace_url_is_the_consoles_error_and_stops_the_standalone_project(
     assert error.msg.startswith("RELIABILITY_TRACE_URL='http://jaeger/trace/{id}' must hold {trace_id} once")
     with pytest.raises(ImproperlyConfigured, match="must be an http:// or https:// URL"):
         validate_trace_url("RELIABILITY_TRACE_URL", "ftp://jaeger/{trace_id}")
+
+
+@pytest.mark.parametrize(
+    ("environment", "exporters"),
+    [
+        ({}, ["OTLPSpanExporter"]),
+        ({"OTEL_TRACES_EXPORTER": "none"}, []),
+        ({"OTEL_TRACES_EXPORTER": "console,otlp"}, ["ConsoleSpanExporter", "OTLPSpanExporter"]),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, ["OTLPSpanExporter"]),
+    ],
+)
+def test_the_exporters_are_the_ones_the_otel_variables_name(monkeypatch, environment, exporters):
+    from tasks.tracing_otel import exporters_from_environment
+
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    made = exporters_from_environment()
+    assert [type(exporter).__name__ for exporter in made] == exporters
+    if exporters and exporters[-1] == "OTLPSpanExporter":
+        assert type(made[-1]).__module__ == "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+    for exporter in made:
+        exporter.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("environment", "problem"),
+    [
+        ({"OTEL_TRACES_EXPORTER": "zipkin_json"}, "no installed package provides the span exporter 'zipkin_json'"),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "no installed package provides the span exporter 'otlp_proto_grpc'"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "thrift"}, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL='thrift' is not"),
+    ],
+)
+def test_an_exporter_that_cannot_be_made_stops_start_up_naming_it(monkeypatch, environment, problem):
+    from tasks.tracing_otel import exporters_from_environment
+
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ImproperlyConfigured, match=problem):
+        exporters_from_environment()
