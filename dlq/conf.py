@@ -31,6 +31,11 @@ CONSOLE_SETTINGS: dict[str, Setting] = {
         "ALERT_INTERVAL_SECONDS": (60, "how often the sweeper evaluates alert rules", number(minimum=1)),
         "ALERT_ALLOWED_HOSTS": ([], "hosts alert channels may send to (empty: any public host)", rules.hosts),
         "CONSOLE_URL": ("http://127.0.0.1:8000", "the console's public URL, for notification links", rules.http_url),
+        "TRACE_URL": (
+            "",
+            "the link to a task's trace in a tracing UI, {trace_id} replaced (empty: no link)",
+            rules.trace_url,
+        ),
         "METRICS_TOKEN": ("", "bearer token a scraper must send to /metrics", rules.text),
         "METRICS_ALLOWED_NETWORKS": ([], "networks allowed to scrape /metrics", rules.networks),
     }.items()

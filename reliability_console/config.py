@@ -203,6 +203,12 @@ def validate_http_url(name: str, url: str) -> str:
     return url.rstrip("/")
 
 
+def validate_trace_url(name: str, url: str) -> str:
+    """A trace link template (``{trace_id}`` in an http(s) URL), or empty for none."""
+    _refused(setting_rules.trace_url(name, url))
+    return url
+
+
 def validate_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
     """``value`` if it is one of ``choices``."""
     _refused(setting_rules.Choice(choices)(name, value))

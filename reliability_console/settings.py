@@ -24,6 +24,7 @@ from reliability_console.config import (
     validate_redis_url,
     validate_regex,
     validate_regex_list,
+    validate_trace_url,
 )
 from tasks.setting_rules import LOG_LEVELS
 
@@ -330,6 +331,11 @@ RELIABILITY_ATTEMPT_LOG_BYTES = env.integer("RELIABILITY_ATTEMPT_LOG_BYTES", 655
 RELIABILITY_ATTEMPT_LOG_LEVEL = validate_choice(
     "RELIABILITY_ATTEMPT_LOG_LEVEL", env.str("RELIABILITY_ATTEMPT_LOG_LEVEL", "INFO").upper(), LOG_LEVELS
 )
+# Traces (tasks.tracing): with the otel extra installed, every process (web, workers, sweeper) reports OpenTelemetry
+# spans, configured by the standard OTEL_* variables (exporter, endpoint, service name, sampler); the console's task
+# page links to the trace through RELIABILITY_TRACE_URL (a URL with {trace_id}, e.g. Jaeger's /trace/{trace_id}).
+RELIABILITY_TRACING = env.bool("RELIABILITY_TRACING", False)
+RELIABILITY_TRACE_URL = validate_trace_url("RELIABILITY_TRACE_URL", env.str("RELIABILITY_TRACE_URL"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -11,7 +11,7 @@ class TasksConfig(AppConfig):
         # process and in every worker alike: a worker runs only what is registered.
         from django.conf import settings
 
-        from tasks import callback_pipeline, checks, registry  # noqa: F401 (checks: registers the system checks)
+        from tasks import callback_pipeline, checks, registry, tracing  # noqa: F401 (checks: registers the system checks)
         from tasks.conf import engine_settings
         from tasks.lifecycle.retention import finished_tasks_purge_due
 
@@ -29,6 +29,8 @@ class TasksConfig(AppConfig):
             configured_backends_load(ours)
         # The engine's own pipeline (completion callbacks), in every process like the console's.
         callback_pipeline.register()
+        # Traces (tasks.tracing): on in this process when RELIABILITY_TRACING asks and the SDK is installed.
+        tracing.tracing_configure()
         # The engine's own interval chore: the retention purge of finished tasks.
         registry.chore_register(
             registry.Chore(

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
+from tasks import tracing
 from tasks.attempt_log import LogLine, capture_installed
 from tasks.classify import Classification, classify
 from tasks.context import StepContext
@@ -53,6 +54,8 @@ class AttemptRecord:
     # What the step logged meanwhile (tasks.attempt_log): the lines kept, and how many past the limits were not.
     log: tuple[LogLine, ...] = ()
     log_dropped: int = 0
+    # The W3C traceparent of a failed attempt's span when traced (tasks.tracing): its retry's span links to it.
+    traceparent: str = ""
 
     def row(self, task: Task) -> StepAttempt:
         """The attempt's row, its error message, traceback and log redacted (``tasks.redaction``)."""
@@ -122,7 +125,23 @@ def attempt_run(
     (``tasks.interrupts``): the outcome ``cancelled``. Every line logged
     meanwhile in this thread carries the attempt's ids (``tasks.log_context``),
     and what the step logged is kept with the record (``tasks.attempt_log``).
+    With tracing on, the attempt is a span (``tasks.tracing``).
     """
+    tracer = tracing.active
+    if tracer is not None:
+        return tracer.attempt_traced(_attempt_run, function, ctx, kind, step_index, worker, timeout, transient_errors)
+    return _attempt_run(function, ctx, kind, step_index, worker, timeout, transient_errors)
+
+
+def _attempt_run(
+    function: Callable[[StepContext], Any],
+    ctx: StepContext,
+    kind: str,
+    step_index: int,
+    worker: str,
+    timeout: float,
+    transient_errors: tuple[type[BaseException], ...],
+) -> AttemptResult:
     started_at = timezone.now()
     capture_installed()
     scope = AttemptScope(

@@ -105,3 +105,19 @@ def schedules_checked(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
                     )
                 )
     return warnings
+
+
+@register()
+def tracing_checked(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """tasks.W002: ``RELIABILITY_TRACING`` on without the OpenTelemetry SDK: nothing is traced."""
+    from tasks.tracing import SDK_MODULE, sdk_installed
+
+    if engine_settings.TRACING is not True or sdk_installed():
+        return []
+    return [
+        Warning(
+            f"RELIABILITY_TRACING is on but the OpenTelemetry SDK ({SDK_MODULE}) is not installed: nothing is traced",
+            hint="pip install 'reliability-console[otel]', or turn RELIABILITY_TRACING off",
+            id="tasks.W002",
+        )
+    ]

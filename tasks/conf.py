@@ -137,6 +137,12 @@ ENGINE_SETTINGS: dict[str, Setting] = {
             number(minimum=1024, maximum=1048576, integer=True),
         ),
         ATTEMPT_LOG_LEVEL=("INFO", "the least severe level an attempt's log keeps", rules.log_level),
+        TRACING=(
+            False,
+            "OpenTelemetry traces of submissions, runs, attempts and ctx.http calls (needs the SDK: the otel extra; "
+            "configured by the OTEL_* environment variables)",
+            rules.boolean,
+        ),
     ),
     "DATABASE_POOLER": Setting(
         "DATABASE_POOLER",

@@ -8,6 +8,8 @@ demo's platform client once did):
   side can drop work nobody waits for any more;
 - the time left as the request's timeout (an explicit ``timeout=`` only
   shortens it), and no request at all when too little is left to get an answer;
+- with tracing on (``tasks.tracing``), a client span per request, whose context the
+  request carries as ``traceparent`` (and ``tracestate``);
 - on POST, PUT, PATCH and DELETE, the name of the effect (``effect="charge"``):
   it becomes ``Idempotency-Key: ctx.idempotency_key("charge")``, the same on
   every retry and after a crash, and is recorded in the side-effect ledger with
@@ -30,6 +32,7 @@ from typing import Any, Protocol
 import requests
 from requests.adapters import HTTPAdapter
 
+from tasks import tracing
 from tasks.exceptions import EffectRequired, StepTimeout
 
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -109,7 +112,12 @@ class StepSession(requests.Session):
             # requests' positional order after url: params, data, headers, cookies, files, auth, timeout, ...
             raise TypeError("ctx.http: pass everything after the URL by keyword")
         kwargs["timeout"] = _shortened(kwargs.get("timeout"), left)
-        response = super().request(method, url, headers=headers, **kwargs)
+        tracer = tracing.active
+        if tracer is not None:
+            # A client span per request, whose context the request carries as traceparent (tasks.tracing).
+            response = tracer.http_request(super().request, method, url, headers, kwargs)
+        else:
+            response = super().request(method, url, headers=headers, **kwargs)
         if effect not in (None, REQUIRED) and 200 <= response.status_code < 300:
             # It acted: should the step fail after this (a second call refused), compensation must cover it.
             self.ctx.acted_keys[effect] = headers["Idempotency-Key"]

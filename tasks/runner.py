@@ -18,7 +18,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from tasks import compensation, limits, registry
+from tasks import compensation, limits, registry, tracing
 from tasks.attempts import attempt_run
 from tasks.claim import Claim
 from tasks.classify import Classification
@@ -55,6 +55,14 @@ def task_run(*, task_id: str, worker: str) -> str:
     if claim is None:
         logger.info("nothing to do", extra={"event": "delivery_skipped", "task_id": task_id, "worker": worker})
         return "skipped"
+    tracer = tracing.active
+    if tracer is not None:
+        return tracer.run_traced(claim, _claimed_run)  # the run is a span of the task's trace (tasks.tracing)
+    return _claimed_run(claim)
+
+
+def _claimed_run(claim: Claim) -> str:
+    task_id, worker = str(claim.task.pk), claim.owner
     try:
         with Heartbeat(task_id=claim.task.pk, fencing_token=claim.token):
             if claim.task.state == TaskState.RUNNING:

@@ -107,6 +107,7 @@ def task_summary(task: Task) -> dict[str, Any]:
         "cancel": _cancel(task),
         "waiting": _waiting(task),
         "attributes": task.attributes or {},
+        "trace_id": task.trace_id or None,
         "deadline": task.deadline,
         "created_at": task.created_at,
         "updated_at": task.updated_at,

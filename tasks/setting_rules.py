@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
+import string
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +124,23 @@ def http_url(name: str, value: Any) -> str | None:
     if parsed is None or parsed.scheme not in ("http", "https") or not parsed.netloc:
         return f"{name}={value!r} must be an http:// or https:// URL"
     return None
+
+
+def trace_url(name: str, value: Any) -> str | None:
+    """A link to a trace in a tracing UI: empty (no link), or an http(s) URL with ``{trace_id}`` and no other
+    placeholder (``http://jaeger:16686/trace/{trace_id}``; a literal brace doubled, as ``str.format`` reads it)."""
+    if value == "":
+        return None
+    example = "e.g. http://jaeger:16686/trace/{trace_id}"
+    if not isinstance(value, str):
+        return f"{name}={value!r} is not a string"
+    try:
+        fields = [(field, spec, conversion) for _, field, spec, conversion in string.Formatter().parse(value) if field]
+    except ValueError as exc:
+        return f"{name}={value!r} is not a URL template ({exc}): {example}"
+    if fields != [("trace_id", "", None)]:
+        return f"{name}={value!r} must hold {{trace_id}} once and no other placeholder: {example}"
+    return http_url(name, value.format(trace_id="0" * 32))
 
 
 def network_problem(name: str, value: Any) -> str | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from tasks import tracing
 from tasks.exceptions import PermanentError
 from tasks.models import Signal, Task
 from tasks.pipelines import SIGNAL_TIMEOUT, Step
@@ -42,19 +43,31 @@ def wait_attempt(task: Task, step: Step) -> Callable[[Any], WaitOutcome]:
             until, now = begun_until, claimed_at
         else:
             until, now = step.sleep.wake_time(ctx, reached_at), timezone.now()
-        return WaitOutcome(until if until > now else None, {"slept_until": until.isoformat()})
+        return _traced(WaitOutcome(until if until > now else None, {"slept_until": until.isoformat()}), "sleep")
 
     def signal(ctx) -> WaitOutcome:
         received = Signal.objects.filter(task_id=task.pk, name=step.name).values_list("payload", flat=True)[:1]
         if received:
-            return WaitOutcome(None, received[0])
+            return _traced(WaitOutcome(None, received[0]), "signal")
         if begun_until is None:
-            return WaitOutcome(reached_at + timedelta(seconds=step.wait.timeout))
+            return _traced(WaitOutcome(reached_at + timedelta(seconds=step.wait.timeout)), "signal")
         if begun_until > claimed_at:
-            return WaitOutcome(begun_until)  # delivered before its timeout (an operator's retry): it waits on
+            # Delivered before its timeout (an operator's retry): it waits on.
+            return _traced(WaitOutcome(begun_until), "signal")
+        tracing.span_event("wait.timed_out", {"wait.kind": "signal", "wait.until": begun_until.isoformat()})
         raise PermanentError(
             f"no signal {step.name!r} came within its timeout of {step.wait.timeout:g} s",
             code=SIGNAL_TIMEOUT,
         )
 
     return sleep if step.sleep is not None else signal
+
+
+def _traced(outcome: WaitOutcome, kind: str) -> WaitOutcome:
+    """``outcome`` as an event of the attempt's span (tracing on): the task waits on until a time, or its wait is
+    over (the sleep's time came, the signal was there)."""
+    if outcome.until is not None:
+        tracing.span_event("wait.begun", {"wait.kind": kind, "wait.until": outcome.until.isoformat()})
+    else:
+        tracing.span_event("wait.over", {"wait.kind": kind})
+    return outcome

@@ -566,3 +566,23 @@ def log_lines(ctx):
         step_logger.error("%s gives up", label)
         raise PermanentError(f"{label}: refused", code="refused")
     return {"label": label}
+
+
+# Traces (tasks.tracing): a call through ctx.http to the URL of the input, retried on a 5xx, then a quick step.
+traced_http = Pipeline(
+    "t_traced_http",
+    retry=RetryPolicy(max_attempts=6, base_delay=0.2, max_delay=0.3, jitter=False),
+    failure_policy=FailurePolicy.PARK,
+)
+
+
+@traced_http.step(timeout=30)
+def traced_call(ctx):
+    # The worker's process id tells the test which worker made the call (the one it kills).
+    ctx.http.get(ctx.input["url"], headers={"X-Worker-Pid": str(os.getpid())}).raise_for_status()
+    return {"called": ctx.attempt}
+
+
+@traced_http.step
+def traced_done(ctx):
+    return {"done": True}

@@ -31,6 +31,7 @@ from dlq.admin.common import DenialsAuditedMixin, ServiceViewMixin, client_ip, d
 from dlq.alerting.masking import secret_masked
 from dlq.audit_actions import TASK_CANCELLED
 from dlq.audit_details import refusal_detail
+from dlq.conf import console_settings
 from dlq.lifecycle import lifecycle_svg
 from dlq.live_actions import CANCEL_PERMISSION, operator_actor, task_cancel_by_operator, task_cancellable
 from dlq.models import AuditEntry
@@ -187,7 +188,14 @@ def task_page_context(task: Task) -> dict[str, Any]:
         "input_json": redacted_json_block(task.input, task),
         "result_json": redacted_json_block(task.result, task) if task.result is not None else None,
         "held": task.state == TaskState.QUEUED and task.hold != TaskHold.NONE,
+        "trace_url": trace_url(task),
     }
+
+
+def trace_url(task: Task) -> str:
+    """The link to the task's trace in the tracing UI (``RELIABILITY_TRACE_URL``); "" without a trace or a UI."""
+    template, trace_id = console_settings.TRACE_URL, task.trace_id
+    return template.format(trace_id=trace_id) if template and trace_id else ""
 
 
 def attribute_searched(request, queryset, name: str, value: str, prefix: str = ""):

@@ -164,6 +164,7 @@ class TaskOut(Schema):
     cancel: CancelOut | None = Field(description="set once a cancel was requested")
     waiting: WaitingOut | None = Field(description="set while the task waits (state waiting)")
     attributes: dict[str, str] = Field(description="its search attributes (the pipeline's declared business keys)")
+    trace_id: str | None = Field(description="the OpenTelemetry trace its submission and runs belong to (tracing on)")
     deadline: datetime | None
     created_at: datetime
     updated_at: datetime
@@ -178,6 +179,7 @@ class TaskSummaryOut(Schema):
     cancel: CancelOut | None
     waiting: WaitingOut | None
     attributes: dict[str, str]
+    trace_id: str | None
     deadline: datetime | None
     created_at: datetime
     updated_at: datetime

@@ -9,6 +9,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Header, NinjaAPI, Path, Query
+from ninja.decorators import decorate_view
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.security import HttpBearer
@@ -43,6 +44,7 @@ from tasks.selectors import (
     task_representation,
     task_summary,
 )
+from tasks.tracing import traced_request
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +99,7 @@ api.add_decorator(chunked_bodies, mode="view")
     "(header `Idempotent-Replayed: true`); the same key with another body is a 422; a repeat while the first "
     "is still being processed waits briefly, then is a 409.",
 )
+@decorate_view(traced_request("/api/v1/tasks"))  # continues the caller's traceparent (tasks.tracing)
 def create_task(
     request: HttpRequest,
     payload: TaskCreateIn,
@@ -122,6 +125,7 @@ def create_task(
     'itself; with `"atomic": true` it refuses the batch (a 422 `batch_refused` naming the bad items) and '
     "nothing is stored. The request's own `Idempotency-Key` header is refused: each item has its key.",
 )
+@decorate_view(traced_request("/api/v1/tasks/batch"))
 def create_task_batch(
     request: HttpRequest,
     payload: TaskBatchIn,

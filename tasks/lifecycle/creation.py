@@ -12,6 +12,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from tasks import tracing
 from tasks.attributes import attributes_from_input
 from tasks.conf import engine_settings
 from tasks.delivery import batch_job_id, deliver_batches, deliver_on_commit
@@ -62,6 +63,8 @@ def _task_values(new: NewTask) -> dict[str, Any]:
         "callback_url": new.callback_url,
         # Checked with the input (tasks.submission.clean_input).
         "attributes": attributes_from_input(new.spec.search_attributes, new.input),
+        # The trace its runs continue: the submitter's span, or a new trace (None with tracing off: tasks.tracing).
+        "trace_context": tracing.submission_context(new.spec.name),
     }
 
 

@@ -225,7 +225,7 @@ def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datet
     with transaction.atomic():
         token = task.fencing_token
         task.schedule_retry(retry_at=retry_at)
-        task_save_guarded(task, TASK_RETRY_FIELDS)
+        task_save_guarded(task, TASK_RETRY_FIELDS + _retry_of_recorded(task, record))
         StepAttempt.objects.bulk_create([record.row(task)])
         deliver_on_commit(task.pk, token, when=retry_at, pipeline=task.pipeline)
         run_ended(task)
@@ -241,6 +241,22 @@ def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datet
             "error_code": record.error.code if record.error else "",
         },
     )
+
+
+def _retry_of_recorded(task: Task, record: AttemptRecord | None) -> list[str]:
+    """With tracing on, the failed attempt's span becomes the task's ``retry_of`` (the step's next attempt of this
+    generation, in a later run, a retry's or an operator's, links to it: ``tasks.tracing``); the fields this adds
+    to the write."""
+    if record is None or not record.traceparent:
+        return []
+    retry_of = {
+        "step": record.step_name,
+        "generation": task.generation,
+        "attempt": record.attempt,
+        "traceparent": record.traceparent,
+    }
+    task.trace_context = {**(task.trace_context or {}), "retry_of": retry_of}
+    return ["trace_context"]
 
 
 @door
@@ -279,7 +295,7 @@ def task_failed(
         task.fail(reason=reason, code=error.code, message=error.message, step=step_name)
         if policy == FailurePolicy.COMPENSATE:
             task.start_compensation(owner=keep_lease_for or "", lease_seconds=lease_seconds())
-        task_save_guarded(task, TASK_FAIL_FIELDS)
+        task_save_guarded(task, TASK_FAIL_FIELDS + _retry_of_recorded(task, record))
         if record is not None:
             StepAttempt.objects.bulk_create([record.row(task)])
             _attempt_metrics(task, record)

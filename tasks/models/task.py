@@ -145,6 +145,10 @@ class Task(ConcurrentTransitionMixin, models.Model):
     # its steps' ctx.set_attributes; NULL when it has none. A GIN index (jsonb_path_ops, migration 0029) answers
     # a containment search; it is not in the model state (built CONCURRENTLY in raw SQL, as 0005's).
     attributes = models.JSONField(_("search attributes"), null=True, blank=True)
+    # The W3C trace context the task's runs belong to (tasks.tracing, RELIABILITY_TRACING): {"traceparent",
+    # "tracestate"} of the span that submitted it, and "retry_of" (the step, attempt and traceparent of the last
+    # failed attempt, which the next attempt's span links to). NULL when it was submitted with tracing off.
+    trace_context = models.JSONField(_("trace context"), null=True, blank=True)
     # Where the engine POSTs the task's terminal state (tasks.callbacks); empty: no callback.
     # The database default too: code that inserts tasks without the column (the
     # previous release during a rolling deploy, devtools' SQL) still works.
@@ -482,6 +486,13 @@ class Task(ConcurrentTransitionMixin, models.Model):
     def step_name_at(self, index: int) -> str:
         """The recorded name of step ``index``; "" when none was recorded there."""
         return self.step_names[index] if 0 <= index < len(self.step_names or ()) else ""
+
+    @property
+    def trace_id(self) -> str:
+        """The id of the trace the task belongs to (32 hex digits), "" when it has none (``trace_context``)."""
+        traceparent = (self.trace_context or {}).get("traceparent") or ""
+        parts = traceparent.split("-")
+        return parts[1] if len(parts) >= 4 and len(parts[1]) == 32 else ""
 
     @property
     def current_step_name(self) -> str:
