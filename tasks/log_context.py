@@ -51,8 +51,14 @@ current_attempt: ContextVar[AttemptScope | None] = ContextVar("reliability_curre
 
 
 def correlation_fields(scope: AttemptScope) -> dict[str, Any]:
-    """The fields every line written inside ``scope`` carries (and where a trace's ids would be added)."""
-    return {"task_id": scope.task_id, "pipeline": scope.pipeline, "step": scope.step, "attempt": scope.attempt}
+    """The fields every line written inside ``scope`` carries; with tracing on, the ids of the attempt's trace
+    and current span too (``tasks.tracing``), so a log shipper joins the line to its span."""
+    fields = {"task_id": scope.task_id, "pipeline": scope.pipeline, "step": scope.step, "attempt": scope.attempt}
+    from tasks import tracing  # a module global read; OpenTelemetry itself only when tracing is on
+
+    if tracing.active is not None:
+        fields.update(tracing.active.log_ids())
+    return fields
 
 
 class AttemptFieldsFilter(logging.Filter):

@@ -280,6 +280,13 @@ class OtelTracing:
             traceparent = f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
             return dataclasses.replace(result, record=dataclasses.replace(record, traceparent=traceparent))
 
+    def log_ids(self) -> dict[str, str]:
+        """``trace_id`` and ``span_id`` (hex) of the current span, for a log line; empty outside a span."""
+        context = trace.get_current_span().get_span_context()
+        if not context.is_valid:
+            return {}
+        return {"trace_id": format(context.trace_id, "032x"), "span_id": format(context.span_id, "016x")}
+
     def event(self, name: str, attributes: dict[str, Any]) -> None:
         trace.get_current_span().add_event(name, attributes)
 

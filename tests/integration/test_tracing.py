@@ -316,3 +316,41 @@ def _untraced_task() -> Task:
         return task_submit(pipeline="t_local", input={"n": 3})
     finally:
         tracing.active = saved
+
+
+def test_a_line_logged_in_an_attempt_carries_the_attempts_trace_and_span_ids(traced):
+    import logging as std_logging
+    import uuid
+
+    from tasks.attempts import attempt_run
+    from tasks.context import StepContext
+    from tasks.log_context import AttemptFieldsFilter
+
+    seen = []
+
+    class Keep(std_logging.Handler):
+        def emit(self, record):
+            seen.append(record)
+
+    handler = Keep()
+    handler.addFilter(AttemptFieldsFilter())
+    step_logger = std_logging.getLogger("tests.tracing.step")
+    step_logger.addHandler(handler)
+    ctx = StepContext(
+        task_id=uuid.uuid4(),
+        pipeline="p",
+        step="s",
+        input={},
+        outputs={},
+        deadline=None,
+        call_deadline=9e12,
+        attempt=1,
+        generation=0,
+    )
+    try:
+        attempt_run(lambda ctx: step_logger.warning("inside"), ctx, kind="step", step_index=0, worker="w", timeout=5)
+    finally:
+        step_logger.removeHandler(handler)
+    [record] = seen
+    [span] = [span for span in traced.spans() if span.name == "step s"]
+    assert (record.trace_id, record.span_id) == ids(span.context)
