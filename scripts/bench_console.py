@@ -180,6 +180,10 @@ def _bench_pages(url: str) -> list[tuple[str, str]]:
     if row is None:
         raise BenchError("the bench database holds no DLQ item")
     item_id, task_id = row
+    # A seeded order and the customer of a dead letter (devtools.scale_data: every task has a customer_id, an
+    # invoice an order_id), searched through the attributes' GIN index.
+    order = scalar(url, "SELECT attributes->>'order_id' FROM tasks_task WHERE pipeline = 'invoice' LIMIT 1")
+    customer = scalar(url, f"SELECT t.attributes->>'customer_id' FROM tasks_task t WHERE t.id = '{task_id}'")
     return [
         ("DLQ list", "/admin/dlq/dlqitem/"),
         ("DLQ list, filtered", "/admin/dlq/dlqitem/?status__exact=open&pipeline__exact=report"),
@@ -187,6 +191,8 @@ def _bench_pages(url: str) -> list[tuple[str, str]]:
         ("task list", "/admin/tasks/task/"),
         ("task list, filtered", "/admin/tasks/task/?state=failed&pipeline=report"),
         ("task page", f"/admin/tasks/task/{task_id}/change/"),
+        ("task list, by order_id", f"/admin/tasks/task/?q=order_id:{order}"),
+        ("DLQ list, by customer_id", f"/admin/dlq/dlqitem/?q=customer_id:{customer}"),
         ("dashboard", "/admin/dashboard/"),
     ]
 

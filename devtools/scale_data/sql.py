@@ -147,6 +147,11 @@ def _task_rows(plan: SeedPlan, source: str) -> str:
             'user_id', 'user-' || {number(11)} %% 50000,
             (%(input_keys)s::text[])[p + 1], (%(input_prefixes)s::text[])[p + 1] || {number(12)}
         ) AS input,
+        -- Search attributes (tasks.attributes): every task's customer (its user), an invoice's order id.
+        jsonb_build_object('customer_id', 'user-' || {number(11)} %% 50000)
+            || CASE WHEN (%(input_keys)s::text[])[p + 1] = 'order_id'
+                THEN jsonb_build_object('order_id', (%(input_prefixes)s::text[])[p + 1] || {number(12)})
+                ELSE '{{}}'::jsonb END AS attributes,
         (%(outcome_state)s::text[])[o + 1] AS state,
         (%(outcome_status)s::text[])[o + 1] AS last_status,
         (%(outcome_resolution)s::text[])[o + 1] AS last_resolution,
@@ -187,7 +192,8 @@ def _task_rows(plan: SeedPlan, source: str) -> str:
 TASK_COLUMNS = """id, pipeline, input, state, current_step, total_steps, step_attempt, total_attempts, generation,
     deadline, retry_at, lease_owner, lease_expires_at, fencing_token, crash_count, in_dlq, result, failure_reason,
     failure_code, failure_message, failed_step, client_id, idempotency_scope, idempotency_key, request_fingerprint,
-    created_at, updated_at, finished_at, cancel_requested_at, cancel_requested_by, cancel_reason, wait_for"""
+    created_at, updated_at, finished_at, cancel_requested_at, cancel_requested_by, cancel_reason, wait_for,
+    attributes"""
 
 
 def tasks_insert(plan: SeedPlan) -> str:
@@ -226,7 +232,8 @@ def tasks_insert(plan: SeedPlan) -> str:
         CASE WHEN state = 'cancelled' THEN finished_at - interval '1 second' END,
         CASE WHEN state = 'cancelled' THEN 'client:seed' ELSE '' END,
         CASE WHEN state = 'cancelled' THEN 'no longer needed' ELSE '' END,
-        CASE WHEN state = 'waiting' THEN 'start' ELSE '' END
+        CASE WHEN state = 'waiting' THEN 'start' ELSE '' END,
+        attributes
     FROM (
         SELECT r.*,
             CASE WHEN state = 'succeeded' THEN total_steps

@@ -157,3 +157,12 @@ def test_sqlite_is_refused(monkeypatch):
     with pytest.raises(CommandError) as refused:
         seed()
     assert str(refused.value) == "seed_scale_data needs PostgreSQL; this database is sqlite"
+
+
+def test_every_task_has_a_customer_and_every_invoice_an_order_to_search_by(seeded):
+    assert not Task.objects.filter(attributes__customer_id__isnull=True).exists()
+    invoices = Task.objects.filter(pipeline="invoice")
+    assert invoices.exists() and not invoices.filter(attributes__order_id__isnull=True).exists()
+    assert not Task.objects.exclude(pipeline="invoice").filter(attributes__order_id__isnull=False).exists()
+    one = invoices.values_list("attributes", "input").first()
+    assert one[0]["order_id"] == one[1]["order_id"] and one[0]["customer_id"] == one[1]["user_id"]
