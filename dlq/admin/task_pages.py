@@ -198,9 +198,14 @@ def trace_url(task: Task) -> str:
     return template.format(trace_id=trace_id) if template and trace_id else ""
 
 
-def attribute_searched(request, queryset, name: str, value: str, prefix: str = ""):
+def attribute_searched(request, queryset, name: str, value: str, *, of_task: bool = False):
     """The rows whose task has the search attribute ``name`` = ``value`` (exact); a value too long for one is
-    told and finds nothing. Composes with the list's filters, as any search does."""
+    told and finds nothing. Composes with the list's filters, as any search does.
+
+    ``of_task``: the rows are a task's (dead letters): their tasks are found first, through the attributes'
+    GIN index, then the rows by their task (a join would let the planner walk the rows in the list's order
+    and test each one's task: 8 s for a customer among 5 M tasks, `make bench`).
+    """
     if len(value) > ATTRIBUTE_VALUE_MAX:
         messages.warning(
             request,
@@ -208,7 +213,9 @@ def attribute_searched(request, queryset, name: str, value: str, prefix: str = "
             % {"max": ATTRIBUTE_VALUE_MAX, "name": name},
         )
         return queryset.none()
-    return queryset.filter(attribute_condition(name, value, prefix))
+    if of_task:
+        return queryset.filter(task_id__in=Task.objects.filter(attribute_condition(name, value)).values("pk"))
+    return queryset.filter(attribute_condition(name, value))
 
 
 @admin.register(Task)

@@ -152,7 +152,7 @@ class DLQItemAdmin(DenialsAuditedMixin, ServiceViewMixin, ReadOnlyAdminMixin, ad
             return queryset, False
         attribute = attribute_search(term)
         if attribute is not None:
-            return attribute_searched(request, queryset, *attribute, prefix="task__"), False
+            return attribute_searched(request, queryset, *attribute, of_task=True), False
         try:
             return queryset.filter(task_id=uuid.UUID(term)), False
         except ValueError:
