@@ -247,8 +247,14 @@ def run(
     """Seed (or reuse, with ``keep``) the bench database, time the console pages, write ``output``; return it."""
     check_database_name(database)
     url = database_url(server_url, database)
-    # As the pages were first measured: the seeded pipelines only, not the bench ones.
-    env = project_env(url, redis_url, RELIABILITY_ENABLE_BENCH_PIPELINES="0")
+    # As the pages were first measured: the seeded pipelines only, not the bench ones; and the one declaring the
+    # search attributes the seeded tasks carry.
+    env = project_env(
+        url,
+        redis_url,
+        RELIABILITY_ENABLE_BENCH_PIPELINES="0",
+        RELIABILITY_PIPELINE_MODULES="tasks.demo.report_pipeline,devtools.scale_data.pipelines",
+    )
     log_dir = log_directory(output)
 
     seed_seconds = None

@@ -29,10 +29,3 @@ def _bulk_item(ctx):
 
 bench_critical = Pipeline("bench_critical", failure_policy=FailurePolicy.PARK, queue="critical")
 bench_critical.step(_noop, name="step_1")
-
-
-# The console bench's searches by attribute (scripts/bench_console.py): the names the scale data's tasks carry.
-bench_search = Pipeline(
-    "bench_search", failure_policy=FailurePolicy.PARK, search_attributes=("order_id", "customer_id")
-)
-bench_search.step(_noop, name="step_1")
