@@ -37,6 +37,23 @@ def _attributes(key_values) -> dict[str, Any]:
     return {item.key: _value(item.value) for item in key_values}
 
 
+def _reply(handler: BaseHTTPRequestHandler, status: int, body: bytes, content_type: str) -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def _serving(handler: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, int, threading.Thread]:
+    """``handler`` served on a free port of 127.0.0.1 from a daemon thread: the server, its port, the thread."""
+    handler.log_message = lambda self, *args: None  # quiet
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server, server.server_address[1], thread
+
+
 class OtlpReceiver:
     """``POST /v1/traces`` (OTLP/HTTP, protobuf, optionally gzip), decoded with ``opentelemetry.proto``."""
 
@@ -58,20 +75,9 @@ class OtlpReceiver:
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
                 receiver._received(request)
-                answer = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
+                _reply(self, 200, ExportTraceServiceResponse().SerializeToString(), "application/x-protobuf")
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.server, self.port, self.thread = _serving(Handler)
 
     @property
     def url(self) -> str:
@@ -145,19 +151,9 @@ class ScriptedServer:
                     action = 503
                 call.answered = int(action)
                 body = b'{"ok": true}' if action == 200 else b'{"error": "unavailable"}'
-                self.send_response(call.answered)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                _reply(self, call.answered, body, "application/json")
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.server, self.port, self.thread = _serving(Handler)
 
     @property
     def url(self) -> str:
