@@ -243,15 +243,15 @@ def attribute_search(term: str) -> tuple[str, str] | None:
     return (name, value) if name in declared else None
 
 
-def attribute_condition(name: str, value: str, prefix: str = "") -> Q:
-    """Tasks whose search attribute ``name`` is ``value`` (``prefix``: the path to the task, e.g. ``task__``).
+def attribute_condition(name: str, value: str) -> Q:
+    """Tasks whose search attribute ``name`` is ``value``.
 
     On PostgreSQL a containment (``attributes @> {name: value}``) that the GIN index answers; elsewhere (SQLite
     for local use) the key's value read with JSON_EXTRACT.
     """
     if connection.vendor == "postgresql":
-        return Q(**{f"{prefix}attributes__contains": {name: value}})
-    return Q(**{f"{prefix}attributes__{name}": value})
+        return Q(attributes__contains={name: value})
+    return Q(**{f"attributes__{name}": value})
 
 
 def encode_cursor(task: Task) -> str:

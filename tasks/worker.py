@@ -161,12 +161,16 @@ class JobTimeout(UnixSignalDeathPenalty):
     being swapped with RQ's around every step.
     """
 
+    @property
+    def _armed(self) -> bool:
+        return self._timeout is not None and self._timeout > 0
+
     def setup_death_penalty(self) -> None:
-        if self._timeout is not None and self._timeout > 0:
+        if self._armed:
             super().setup_death_penalty()
 
     def cancel_death_penalty(self) -> None:
-        if self._timeout is not None and self._timeout > 0:
+        if self._armed:
             super().cancel_death_penalty()
 
 

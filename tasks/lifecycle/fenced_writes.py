@@ -466,8 +466,7 @@ _AS_IS = {
 @functools.cache
 def _to_db(field: models.Field) -> Callable:
     """``field.get_db_prep_save``, skipped for values it would pass unchanged (most of a step's values)."""
-    kind = (field.target_field if field.is_relation else field).get_internal_type()
-    if kind == "DateTimeField":
+    if _kind(field) == "DateTimeField":
 
         def to_db(value, db):
             if value is None or (type(value) is datetime and value.tzinfo is not None):
@@ -475,8 +474,8 @@ def _to_db(field: models.Field) -> Callable:
             return field.get_db_prep_save(value, db)  # a naive datetime: Django warns and converts
 
         return to_db
-    as_is = _AS_IS.get(kind)
-    if as_is is None:
+    as_is = _as_is(field)
+    if not as_is:
         return field.get_db_prep_save  # JSON and anything else: always Django's conversion
 
     def to_db(value, db):
@@ -485,9 +484,14 @@ def _to_db(field: models.Field) -> Callable:
     return to_db
 
 
+def _kind(field: models.Field) -> str:
+    """The internal type of what ``field`` stores (a foreign key: its target's)."""
+    return (field.target_field if field.is_relation else field).get_internal_type()
+
+
 def _as_is(field: models.Field) -> tuple[type, ...]:
     """The Python types ``field`` sends unchanged (``_to_db`` passes them through): none for JSON, datetimes, …"""
-    return _AS_IS.get((field.target_field if field.is_relation else field).get_internal_type(), ())
+    return _AS_IS.get(_kind(field), ())
 
 
 def cast_type(field: models.Field) -> str:
