@@ -27,7 +27,9 @@ SELECT count(*) FROM pg_stat_activity
 
 def visible_share(cursor, table: str) -> float:
     """The share of ``table``'s pages marked all-visible, as its last VACUUM or ANALYZE counted them."""
-    cursor.execute("SELECT relallvisible::float / greatest(relpages, 1) FROM pg_class WHERE oid = %s::regclass", [table])
+    cursor.execute(
+        "SELECT relallvisible::float / greatest(relpages, 1) FROM pg_class WHERE oid = %s::regclass", [table]
+    )
     return cursor.fetchone()[0]
 
 
