@@ -48,8 +48,8 @@ from bench_processes import (
 )
 
 OUTPUT_DIR = ROOT / "var" / "profile"
-PIPELINE = "bench_noop_10"
-STEPS = 10
+# The pipelines profiled, by steps per task: 10 shows the step's own cost, 1 what every task costs besides it.
+PIPELINES = {10: "bench_noop_10", 1: "bench_noop_1"}
 SAMPLE_RATE = 250  # samples per second: py-spy's default is 100
 DRAIN_TIMEOUT = 900
 TOP = 10
@@ -130,7 +130,8 @@ def _read_stacks(path: Path) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=2000, help="10-step tasks to drain (default 2000)")
+    parser.add_argument("--tasks", type=int, default=2000, help="tasks to drain (default 2000)")
+    parser.add_argument("--steps", type=int, choices=sorted(PIPELINES), default=10, help="steps per task (default 10)")
     parser.add_argument("--server-url", default=DEFAULT_SERVER_URL)
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL)
     parser.add_argument("--database", default="rc_profile")
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the database")
     options = parser.parse_args(argv)
     check_database_name(options.database)
+    pipeline, steps = PIPELINES[options.steps], options.steps
     py_spy = _py_spy()
     options.output_dir.mkdir(parents=True, exist_ok=True)
     stacks_path = options.output_dir / "worker.txt"
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             cursor.execute("SELECT now()")
             (since,) = cursor.fetchone()
         batch = uuid.uuid4().hex
-        submit_tasks(env, PIPELINE, options.tasks, batch)
+        submit_tasks(env, pipeline, options.tasks, batch)
         hold = QueueHold(redis, ENGINE_QUEUE)
         hold.hold(options.tasks)
         workers = ManagedProcesses(WORKER_ARGV, 1, env, options.output_dir / "worker.log")
@@ -186,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             deadline = time.monotonic() + DRAIN_TIMEOUT
             polls = 1  # each poll is a transaction of the database too: taken off the worker's count below
             with watch.cursor() as cursor:
-                while count_succeeded(cursor, PIPELINE, batch, since) < options.tasks:
+                while count_succeeded(cursor, pipeline, batch, since) < options.tasks:
                     polls += 1
                     if time.monotonic() > deadline:
                         raise BenchError(f"not drained after {DRAIN_TIMEOUT} s; see {workers.log_path}")
@@ -211,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     own, anywhere, total = top_frames(_read_stacks(stacks_path))
     tasks = options.tasks
     print(
-        f"profile: 1 worker drained {tasks:,} {PIPELINE} tasks in {seconds:.1f} s "
-        f"({tasks * STEPS / seconds:,.0f} steps/s under py-spy at {SAMPLE_RATE} Hz), {total:,} samples"
+        f"profile: 1 worker drained {tasks:,} {pipeline} tasks in {seconds:.1f} s "
+        f"({tasks * steps / seconds:,.0f} steps/s under py-spy at {SAMPLE_RATE} Hz), {total:,} samples"
     )
     for title, rows in (
         ("self (on top of the stack)", own),
@@ -221,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\ntop {TOP} functions, {title}:")
         for name, count in rows:
             print(f"  {100 * count / total:5.1f}%  {name}")
-    print(f"\nper task (10 steps), from the servers' counters: {commits / tasks:.2f} PostgreSQL commits")
+    print(f"\nper task ({steps} steps), from the servers' counters: {commits / tasks:.2f} PostgreSQL commits")
     print("Redis commands per task:")
     for name, count in sorted(commands.items(), key=lambda item: -item[1]):
         if count / tasks >= 0.05:
