@@ -174,6 +174,41 @@ class JobTimeout(UnixSignalDeathPenalty):
             super().cancel_death_penalty()
 
 
+# RQ's lines after every job (its "Job OK", what became of its result): the engine's own events say what became
+# of the task, with its ids, so these two go to DEBUG (``rqworker -v 2`` shows them). The line of the job's
+# dequeue stays, with its queue: which queue a worker took its next job from.
+_FINISHED_JOB_LINES = frozenset(
+    {
+        "Worker %s: job %s result discarded immediately",
+        "Worker %s: job %s result is kept for %s seconds",
+        "Successfully completed %s job in %ss on worker %s",
+        "Successfully completed job %s in %ss on worker %s",
+    }
+)
+_DEQUEUED_OR_OK_LINE = "Worker %s: %s: %s (%s)"  # RQ writes its dequeue and its "Job OK" with the same text
+
+
+class _WorkerLog(logging.LoggerAdapter):
+    """RQ's worker logger, with its lines after every job at DEBUG (``_FINISHED_JOB_LINES``): each line is a
+    record made, formatted and written, and a 10-step task's job wrote four of them, a 1-step task's the same."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__(logger, {})
+
+    @property
+    def level(self) -> int:  # RQ reads it to start its scheduler at the worker's level
+        return self.logger.level
+
+    def process(self, msg, kwargs):
+        return msg, kwargs
+
+    def info(self, msg, *args, **kwargs) -> None:
+        if msg in _FINISHED_JOB_LINES or (msg == _DEQUEUED_OR_OK_LINE and len(args) == 4 and "Job OK" in str(args[2])):
+            self.logger.debug(msg, *args, **kwargs)
+        else:
+            self.logger.info(msg, *args, **kwargs)
+
+
 class ReliabilityWorker(SimpleWorker):
     """A SimpleWorker that always speaks JSON and always runs ``ReliabilityJob``, with a lean loop.
 
@@ -212,6 +247,7 @@ class ReliabilityWorker(SimpleWorker):
         if not _is_reliability_job_class(kwargs.get("job_class")):
             kwargs["job_class"] = ReliabilityJob
         super().__init__(*args, **kwargs)
+        self.log = _WorkerLog(self.log)
         global listened_queues
         listened_queues = frozenset(self.queue_names())
         # Registries (and their clean-up of abandoned jobs) read jobs with their queue's class.

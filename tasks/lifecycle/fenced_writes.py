@@ -6,9 +6,11 @@ statement per row, COMMIT. Here it is one statement::
 
     WITH fenced AS (UPDATE tasks_task SET ... WHERE id = $1 AND (state = $2 AND fencing_token = $3) IS TRUE
                     RETURNING ...),
-         row_1 AS (INSERT INTO tasks_checkpoint (...) SELECT v.* FROM fenced CROSS JOIN (VALUES (...)) AS v),
-         row_2 AS (INSERT INTO tasks_stepattempt (...) SELECT v.* FROM fenced CROSS JOIN (VALUES (...)) AS v)
-    SELECT ... FROM fenced
+         row_1 AS (INSERT INTO tasks_checkpoint (task_id, ...) SELECT fenced.id, v.* FROM fenced
+                   CROSS JOIN (VALUES (...)) AS v),
+         row_2 AS (INSERT INTO tasks_stepattempt (task_id, ...) SELECT fenced.id, v.* FROM fenced
+                   CROSS JOIN (VALUES (...)) AS v)
+    SELECT TRUE, ... FROM fenced
 
 The inserts read ``fenced``, so they write nothing when the guard fails: a
 zombie's outcome is rejected as a whole. A single statement is atomic on
@@ -132,14 +134,19 @@ def task_save_fenced(
         tuple((model, len(group)) for model, group in kept_groups),
         signals,
     )
-    params = [*values, task.pk, state]
+    # Plain str and the id's text: the driver adapts a str subclass (a TaskState) and a UUID by slower paths.
+    params = [*values, str(task.pk), str.__str__(state) if isinstance(state, str) else state]
     if token is not None:
         params.append(token)
     now = None
     for model, group in groups + kept_groups:
+        link = _task_link(model)
         for row in group:
+            # A row's link to the task is the task the statement updates (its column reads fenced's id).
+            if (getattr(row, link.attname) if not isinstance(row, NewRow) else row.values.get(link.attname)) != task.pk:
+                raise ValueError(f"a {model.__name__} row of another task in task {task.pk}'s fenced write")
             if not isinstance(row, NewRow):
-                params += [to_db(field.pre_save(row, add=True), db) for field, to_db in _insert_fields(model)]
+                params += [to_db(field.pre_save(row, add=True), db) for field, to_db in _child_fields(model)]
                 continue
             values = row.values
             for attname, as_is, to_db, default in _row_plan(model):
@@ -231,8 +238,10 @@ def _statement(fields, expressions, fenced: bool, row_shape, kept_shape, signals
     # plain conditions, the planner may use an index on state instead and
     # walk every running task (and its dead versions) on each step.
     where += f" AND ({guard}) IS TRUE"
-    returning = ", ".join([_q(Task._meta.pk.column)] + [_q(field.column) for field in returned])
-    returning_fenced = returning
+    returning_fenced = ", ".join([_q(Task._meta.pk.column)] + [_q(field.column) for field in returned])
+    # The statement answers a row when it wrote (its first column a constant: the caller knows the id, and a
+    # returned uuid is parsed back into one on every step), then the database's values of the expressions.
+    returning = ", ".join(["TRUE"] + [_q(field.column) for field in returned])
     if signals:
         # Read in the same statement, so a step boundary costs no round trip to learn them.
         cancel = f"{_q(Task._meta.get_field('cancel_requested_at').column)} IS NOT NULL"
@@ -245,19 +254,21 @@ def _statement(fields, expressions, fenced: bool, row_shape, kept_shape, signals
     parts = [f"fenced AS (UPDATE {_q(table)} SET {', '.join(sets)} WHERE {where} RETURNING {returning_fenced})"]
     for prefix, shape, conflict in (("row", row_shape, ""), ("kept", kept_shape, " ON CONFLICT DO NOTHING")):
         for model, count in shape:
-            fields_of_row = [field for field, _ in _insert_fields(model)]
-            columns = ", ".join(_q(field.column) for field in fields_of_row)
+            fields_of_row = [field for field, _ in _child_fields(model)]
+            # The row's task is the updated one: its id comes from fenced, not once more as a parameter.
+            columns = ", ".join(_q(field.column) for field in [_task_link(model), *fields_of_row])
             # Parameters of INSERT ... SELECT are not typed by their target
             # columns (as in VALUES): each is cast to its column's type. Text
             # goes as text (a cast to varchar(n) would silently truncate).
             casts = [cast_type(field) for field in fields_of_row]
             values = ", ".join("(" + ", ".join(param(cast, cast=True) for cast in casts) + ")" for _ in range(count))
+            task_id = f"fenced.{_q(Task._meta.pk.column)}"
             parts.append(
                 f"{prefix}_{len(parts)} AS (INSERT INTO {_q(model._meta.db_table)} ({columns}) "
-                f"SELECT v.* FROM fenced CROSS JOIN (VALUES {values}) AS v{conflict})"
+                f"SELECT {task_id}, v.* FROM fenced CROSS JOIN (VALUES {values}) AS v{conflict})"
             )
     # The columns' own types: RETURN QUERY takes no other (varchar is not text there).
-    result_types = [Task._meta.pk.db_type(connection), *(field.db_type(connection) for field in returned)]
+    result_types = ["boolean", *(field.db_type(connection) for field in returned)]
     if signals:
         result_types += ["boolean", "boolean"]
     sql = f"WITH {', '.join(parts)} SELECT {returning} FROM fenced"
@@ -429,6 +440,22 @@ def _insert_fields(model: type[models.Model]) -> tuple[tuple[models.Field, Calla
     return tuple((field, _to_db(field)) for field in model._meta.concrete_fields if field is not model._meta.auto_field)
 
 
+@functools.cache
+def _task_link(model: type[models.Model]) -> models.Field:
+    """``model``'s foreign key to the task: a row written with a task's outcome belongs to that task."""
+    links = [field for field, _ in _insert_fields(model) if field.is_relation and field.related_model is Task]
+    if len(links) != 1:
+        raise TypeError(f"{model.__name__} has {len(links)} foreign keys to Task: a fenced write's rows need one")
+    return links[0]
+
+
+@functools.cache
+def _child_fields(model: type[models.Model]) -> tuple[tuple[models.Field, Callable], ...]:
+    """The inserted fields of ``model`` sent as parameters: all but its link to the task."""
+    link = _task_link(model)
+    return tuple((field, to_db) for field, to_db in _insert_fields(model) if field is not link)
+
+
 # A field a NewRow leaves out: it takes the current time (auto_now, auto_now_add) or its default.
 _ABSENT = object()
 _NOW = object()
@@ -439,7 +466,7 @@ def _row_plan(model: type[models.Model]) -> tuple[tuple[str, tuple, Callable, ob
     """Per inserted field of ``model``: its attname, the types it sends unchanged, its conversion and what it
     takes when a ``NewRow`` leaves it out, looked up once per model (a step writes two rows of ~25 fields)."""
     plan = []
-    for field, to_db in _insert_fields(model):
+    for field, to_db in _child_fields(model):
         now = getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False)
         plan.append((field.attname, _as_is(field), to_db, _NOW if now else field.get_default))
     return tuple(plan)
@@ -477,6 +504,17 @@ def _to_db(field: models.Field) -> Callable:
     as_is = _as_is(field)
     if not as_is:
         return field.get_db_prep_save  # JSON and anything else: always Django's conversion
+
+    if str in as_is:
+
+        def to_db(value, db):
+            if value is None or type(value) is str:
+                return value
+            # A text choice (TaskState.RUNNING) goes as the plain string it is: the driver adapts a str subclass
+            # by a slower lookup (a step sends four).
+            return str.__str__(value) if isinstance(value, str) else field.get_db_prep_save(value, db)
+
+        return to_db
 
     def to_db(value, db):
         return value if value is None or type(value) in as_is else field.get_db_prep_save(value, db)

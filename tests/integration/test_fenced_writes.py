@@ -19,7 +19,16 @@ from tasks.heartbeat import Heartbeat
 from tasks.lifecycle import fenced_writes
 from tasks.lifecycle.claims import task_claim
 from tasks.lifecycle.outcomes import step_succeeded
-from tasks.models import AttemptKind, AttemptOutcome, Checkpoint, EffectStatus, SideEffect, StepAttempt, Task
+from tasks.models import (
+    AttemptKind,
+    AttemptOutcome,
+    Checkpoint,
+    EffectStatus,
+    SideEffect,
+    StepAttempt,
+    Task,
+    TaskState,
+)
 from tasks.models.door import door_forced
 from tasks.submission import task_submit
 from tasks.sweeper import sweep_once
@@ -105,6 +114,21 @@ def test_a_zombie_step_writes_nothing(write_path):
     assert StepAttempt.objects.filter(task=task).count() == attempts_before
     row = Task.objects.get(pk=task.pk)
     assert (row.lease_owner, row.fencing_token, row.current_step) == ("successor", successor.token, 0)
+
+
+def test_a_row_of_another_task_is_refused_and_nothing_is_written():
+    """A fenced write's rows take the written task's id from the statement itself: a row naming another task is a
+    programming error, refused before anything is sent."""
+    task = task_submit(pipeline="t_local", input={})
+    other = task_submit(pipeline="t_local", input={})
+    claim = task_claim(task_id=str(task.pk), owner="w1")
+    stray = fenced_writes.NewRow(
+        Checkpoint, {"task_id": other.pk, "step_index": 0, "step_name": "local_a", "output": {}}
+    )
+    with pytest.raises(ValueError, match="row of another task"), door_forced():
+        fenced_writes.task_save_fenced(claim.task, ["current_step"], rows=[stray])
+    assert not Checkpoint.objects.exists()
+    assert Task.objects.get(pk=task.pk).fencing_token == claim.token
 
 
 def test_a_write_after_another_writer_changed_the_state_is_rejected(write_path):
@@ -337,6 +361,7 @@ def test_heartbeats_of_two_tasks_share_one_thread_and_give_its_connection_back()
 @pytest.mark.parametrize("model", [Task, Checkpoint, StepAttempt, SideEffect])
 def test_values_skip_only_conversions_that_would_change_nothing(model):
     samples = [None, 0, 7, True, 2.5, "", "7", "x" * 3, uuid.uuid4(), timezone.now(), {"a": [1, None]}, [1, "b"]]
+    samples += [TaskState.RUNNING, AttemptOutcome.SUCCEEDED]  # text choices: sent as the plain strings they are
 
     def literal(convert, value):
         try:
