@@ -30,7 +30,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from devtools.scale_data.service import SeedRefused
-from devtools.scale_data.vacuum import vacuum_analyze
+from devtools.scale_data.vacuum import seeded_tables_analyzed
 
 FINISHED_TABLES = ("tasks_task", "tasks_stepattempt", "tasks_checkpoint", "tasks_sideeffect", "dlq_dlqitem")
 # Of every 100 tasks: these many compensated and failed-then-closed (each with a resolved dead letter).
@@ -146,13 +146,7 @@ def finished_tasks_seed(
                     inserted[table] += cursor.rowcount
                 elapsed = max(time.monotonic() - started, 1e-6)
                 progress(f"finished tasks: {last + 1:,}/{tasks:,} in {elapsed:.0f}s ({(last + 1) / elapsed:,.0f}/s)")
-            if connection.in_atomic_block:
-                for table in FINISHED_TABLES:
-                    cursor.execute(f"ANALYZE {table}")
-                progress("ANALYZE: done")
-            else:
-                vacuum_analyze(cursor, FINISHED_TABLES, progress=progress)
-                progress("VACUUM (ANALYZE): done")
+            seeded_tables_analyzed(cursor, FINISHED_TABLES, progress=progress)
         finally:
             cursor.execute("RESET synchronous_commit")
             cursor.execute("RESET jit")

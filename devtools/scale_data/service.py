@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from devtools.scale_data.shape import SEEDED_TABLES, SeedPlan
 from devtools.scale_data.sql import detail_inserts, dlq_insert, sql_params, tasks_insert
-from devtools.scale_data.vacuum import vacuum_analyze
+from devtools.scale_data.vacuum import seeded_tables_analyzed
 
 # More existing rows than this and the command wants --force: it is not meant to top up a live database.
 EXISTING_ROWS_LIMIT = 5_000
@@ -87,13 +87,7 @@ def scale_data_seed(
                 cursor.execute(sql, params)
             progress("task details: attempts, checkpoints, side effects")
             # VACUUM also sets the visibility map, so index-only scans behave as on a table that autovacuum keeps.
-            if connection.in_atomic_block:
-                for table in SEEDED_TABLES:
-                    cursor.execute(f"ANALYZE {table}")
-                progress("ANALYZE: done")
-            else:
-                vacuum_analyze(cursor, SEEDED_TABLES, progress=progress)
-                progress("VACUUM (ANALYZE): done")
+            seeded_tables_analyzed(cursor, SEEDED_TABLES, progress=progress)
         finally:
             cursor.execute("RESET synchronous_commit")
             cursor.execute("RESET work_mem")

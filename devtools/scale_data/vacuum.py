@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from django.db import connection
+
 VISIBLE_ENOUGH = 0.95
 # How long to wait for the other sessions' older snapshots before leaving a table as it is.
 WAIT_SECONDS = 300.0
@@ -60,3 +62,15 @@ def vacuum_analyze(
             progress(f"{table}: {share:.0%} of its pages all-visible after {wait_seconds:.0f} s (older snapshots)")
         shares[table] = share
     return shares
+
+
+def seeded_tables_analyzed(cursor, tables, *, progress: Callable[[str], None] = lambda line: None) -> None:
+    """After a seed: ``vacuum_analyze`` the tables, or only ANALYZE them inside a transaction (a test's), where
+    VACUUM cannot run."""
+    if connection.in_atomic_block:
+        for table in tables:
+            cursor.execute(f"ANALYZE {table}")
+        progress("ANALYZE: done")
+    else:
+        vacuum_analyze(cursor, tables, progress=progress)
+        progress("VACUUM (ANALYZE): done")
