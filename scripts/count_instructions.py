@@ -1,7 +1,7 @@
 """What one worker job costs in CPU instructions, counted by valgrind (deterministic, unlike seconds here).
 
-Timings on this machine move by 10 % and more between two runs of the same code (a VM whose cores other guests
-share), more than most changes to the hot path save. ``valgrind --tool=callgrind`` counts the instructions a
+Timings on this machine move by 10 % and more between two runs of the same code (a virtual machine of 2
+cores), more than most changes to the hot path save. ``valgrind --tool=callgrind`` counts the instructions a
 process executes instead: the same code, data and environment give the same count within about 0.5 %, whatever
 else the machine does. So a change to a worker's per-job work is measured here, and its seconds by ``make bench``.
 
