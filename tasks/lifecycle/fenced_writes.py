@@ -140,12 +140,13 @@ def task_save_fenced(
         params.append(token)
     now = None
     for model, group in groups + kept_groups:
-        link = _task_link(model)
+        link = _task_link(model).attname
         for row in group:
+            new = isinstance(row, NewRow)
             # A row's link to the task is the task the statement updates (its column reads fenced's id).
-            if (getattr(row, link.attname) if not isinstance(row, NewRow) else row.values.get(link.attname)) != task.pk:
+            if (row.values.get(link) if new else getattr(row, link)) != task.pk:
                 raise ValueError(f"a {model.__name__} row of another task in task {task.pk}'s fenced write")
-            if not isinstance(row, NewRow):
+            if not new:
                 params += [to_db(field.pre_save(row, add=True), db) for field, to_db in _child_fields(model)]
                 continue
             values = row.values
@@ -252,6 +253,7 @@ def _statement(fields, expressions, fenced: bool, row_shape, kept_shape, signals
         returning_fenced += f", {cancel} AS rc_cancel, {paused} AS rc_paused"
         returning += ", rc_cancel, rc_paused"
     parts = [f"fenced AS (UPDATE {_q(table)} SET {', '.join(sets)} WHERE {where} RETURNING {returning_fenced})"]
+    task_id = f"fenced.{_q(Task._meta.pk.column)}"  # each inserted row's task: the one updated
     for prefix, shape, conflict in (("row", row_shape, ""), ("kept", kept_shape, " ON CONFLICT DO NOTHING")):
         for model, count in shape:
             fields_of_row = [field for field, _ in _child_fields(model)]
@@ -262,7 +264,6 @@ def _statement(fields, expressions, fenced: bool, row_shape, kept_shape, signals
             # goes as text (a cast to varchar(n) would silently truncate).
             casts = [cast_type(field) for field in fields_of_row]
             values = ", ".join("(" + ", ".join(param(cast, cast=True) for cast in casts) + ")" for _ in range(count))
-            task_id = f"fenced.{_q(Task._meta.pk.column)}"
             parts.append(
                 f"{prefix}_{len(parts)} AS (INSERT INTO {_q(model._meta.db_table)} ({columns}) "
                 f"SELECT {task_id}, v.* FROM fenced CROSS JOIN (VALUES {values}) AS v{conflict})"

@@ -13,7 +13,7 @@ from django.db import connection
 
 from devtools import postgres
 from devtools.scale_data.vacuum import VISIBLE_ENOUGH, vacuum_analyze, visible_share
-from tests.support import wait_for
+from tests.support import database_url, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,7 +32,7 @@ def table():
 @pytest.fixture
 def old_snapshot(table):
     """Another session holding a snapshot taken before the table's rows were inserted."""
-    session = postgres.connect(_dsn(), autocommit=False)
+    session = postgres.connect(database_url(), autocommit=False)
     with session.cursor() as cursor:
         cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         cursor.execute(f"SELECT count(*) FROM {table}")
@@ -41,12 +41,6 @@ def old_snapshot(table):
     yield session
     session.rollback()
     session.close()
-
-
-def _dsn() -> str:
-    settings = connection.settings_dict
-    parts = {"dbname": settings["NAME"], "user": settings["USER"], "host": settings["HOST"], "port": settings["PORT"]}
-    return " ".join(f"{key}={value}" for key, value in parts.items() if value)
 
 
 def _vacuums(table: str) -> int:
