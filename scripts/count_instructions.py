@@ -34,7 +34,9 @@ from bench_processes import (
     ROOT,
     WORKER_ARGV,
     BenchError,
+    check_database_name,
     create_migrated_database,
+    exit_on_sigterm,
     project_env,
     redis_connection,
     submit_tasks,
@@ -58,6 +60,7 @@ def count(env: dict, out_dir: Path, label: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    exit_on_sigterm()  # a SIGTERM still drops the database and empties Redis (the finally below)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, choices=sorted(PIPELINES), default=10, help="steps per task (default 10)")
     parser.add_argument("--tasks", type=int, default=60, help="tasks drained (default 60)")
@@ -65,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL)
     parser.add_argument("--database", default="rc_instructions")
     options = parser.parse_args(argv)
+    check_database_name(options.database)  # before the clean-up below ever drops it
     if shutil.which("valgrind") is None:
         raise BenchError("valgrind is not installed (Debian package valgrind)")
     if options.tasks < 1:
