@@ -5,7 +5,8 @@ Baselines, on the same Redis and PostgreSQL as the engine:
 - bare RQ: no-op jobs (a module-level function of this file, JSON serializer) drained by the default
   forking ``rq.Worker`` and by ``rq.SimpleWorker``, with 1 and 2 worker processes (jobs/s);
 - raw psycopg2: a loop committing one small row per transaction into a scratch table of a dedicated
-  database, with 1 and 2 client processes (rows/s);
+  database, with 1 and 2 client processes (rows/s), in rounds alternating with the engine's 10-step runs of
+  the same process count: the 10-step floor compares the two medians;
 - Procrastinate: no-op jobs drained by 1 and 2 ``procrastinate worker`` processes (one job at a time each), from
   a venv of its own (scripts/bench_procrastinate.py).
 
@@ -87,7 +88,8 @@ OPTIONS = (
         "connection_rounds",
         type=positive_int,
         default=3,
-        help="rounds of 10-step runs direct (prepared, plain) and through PgBouncer",
+        help="rounds of alternating runs: raw commits and 10-step tasks (the floor compares their medians), "
+        "and 10-step tasks direct (prepared, plain), through PgBouncer, untraced and traced",
     ),
     Option("procrastinate_jobs", type=positive_int, default=2000, help="no-op jobs per Procrastinate run"),
     Option("database", default="rc_bench_engine", help="the engine's bench database"),
@@ -285,8 +287,8 @@ CONNECTION_VARIANTS = (
 )
 
 
-def bench_connections(url: str, redis_url: str, tasks: int, rounds: int, log_dir: Path) -> dict[str, float]:
-    """Median 10-step steps/s with 2 workers for each of ``CONNECTION_VARIANTS``, in ``rounds`` alternating rounds."""
+def bench_connections(url: str, redis_url: str, tasks: int, rounds: int, log_dir: Path) -> dict[str, list[float]]:
+    """10-step steps/s with 2 workers for each of ``CONNECTION_VARIANTS``, in ``rounds`` alternating rounds."""
     bouncer = PgBouncer(log_dir, url, pool_mode="transaction", pool_size=10)
     bouncer.start()
     samples: dict[str, list[float]] = {name: [] for name, _, _ in CONNECTION_VARIANTS}
@@ -298,7 +300,7 @@ def bench_connections(url: str, redis_url: str, tasks: int, rounds: int, log_dir
                 samples[name].append(steps)
     finally:
         bouncer.stop()
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
 
 
 class _SpanSink(http.server.ThreadingHTTPServer):
@@ -326,9 +328,9 @@ class _SpanSinkHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def bench_tracing(url: str, redis_url: str, tasks: int, rounds: int, log_dir: Path) -> dict[str, float]:
-    """Median 10-step steps/s with 2 workers, tracing off and on (spans exported to a local receiver), in
-    ``rounds`` alternating rounds."""
+def bench_tracing(url: str, redis_url: str, tasks: int, rounds: int, log_dir: Path) -> dict[str, list[float]]:
+    """10-step steps/s with 2 workers, tracing off and on (spans exported to a local receiver), in ``rounds``
+    alternating rounds."""
     sink = _SpanSink()
     traced = {"RELIABILITY_TRACING": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url}
     samples: dict[str, list[float]] = {"engine_10step_2w_untraced": [], "engine_10step_2w_traced": []}
@@ -339,7 +341,7 @@ def bench_tracing(url: str, redis_url: str, tasks: int, rounds: int, log_dir: Pa
     finally:
         sink.shutdown()
         sink.server_close()
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
 
 
 # --- The whole part ----------------------------------------------------------------------------------------------
@@ -393,9 +395,13 @@ def run(
     started = time.monotonic()
     figures: dict[str, dict] = {}
 
-    def figure(name: str, value: float, unit: str) -> None:
+    def figure(name: str, value: float, unit: str, samples: list[float] | None = None) -> None:
         figures[name] = {"value": round(value, 1), "unit": unit}
-        progress(f"bench: {name}: {value:,.1f} {unit}")
+        shown = ""
+        if samples is not None and len(samples) > 1:
+            figures[name]["samples"] = [round(sample, 1) for sample in samples]
+            shown = f" (median of {', '.join(f'{sample:,.1f}' for sample in samples)})"
+        progress(f"bench: {name}: {value:,.1f} {unit}{shown}")
 
     try:
         progress(f"bench: creating databases {database!r} and {raw_database!r}")
@@ -410,7 +416,6 @@ def run(
         for count in worker_counts:
             figure(f"rq_forking_{count}w", bench_rq(redis_url, "rq.worker.Worker", count, fork_jobs, log_dir), "jobs/s")
             figure(f"rq_simple_{count}w", bench_rq(redis_url, "rq.worker.SimpleWorker", count, jobs, log_dir), "jobs/s")
-            figure(f"raw_commits_{count}c", bench_raw_commits(raw_url, count, raw_rows), "rows/s")
             jobs_per_second = bench_procrastinate(
                 server_url, procrastinate_database, count, procrastinate_jobs, log_dir, progress
             )
@@ -422,14 +427,23 @@ def run(
                 engine_url, redis_url, "bench_noop_1", count, one_step_tasks, log_dir, in_batches=True
             )
             figure(f"engine_1step_batch_{count}w", tasks_per_second, "tasks/s")
-            tasks_per_second = bench_engine(engine_url, redis_url, "bench_noop_10", count, ten_step_tasks, log_dir)
-            figure(f"engine_10step_{count}w", tasks_per_second * 10, "steps/s")
+            # The 10-step floor's two figures, each a median of rounds that alternate: a single 10-step drain
+            # lasts about a second and a half, and two of them on this machine differed by 10 %.
+            samples: dict[str, list[float]] = {"raw": [], "engine": []}
+            for _ in range(connection_rounds):
+                samples["raw"].append(bench_raw_commits(raw_url, count, raw_rows))
+                tasks_per_second = bench_engine(engine_url, redis_url, "bench_noop_10", count, ten_step_tasks, log_dir)
+                samples["engine"].append(tasks_per_second * 10)
+            figure(f"raw_commits_{count}c", statistics.median(samples["raw"]), "rows/s", samples["raw"])
+            figure(f"engine_10step_{count}w", statistics.median(samples["engine"]), "steps/s", samples["engine"])
         progress(f"bench: reaching the database directly and through PgBouncer, {connection_rounds} rounds")
-        for name, value in bench_connections(engine_url, redis_url, ten_step_tasks, connection_rounds, log_dir).items():
-            figure(name, value, "steps/s")
+        for name, values in bench_connections(
+            engine_url, redis_url, ten_step_tasks, connection_rounds, log_dir
+        ).items():
+            figure(name, statistics.median(values), "steps/s", values)
         progress(f"bench: tracing off and on, {connection_rounds} rounds")
-        for name, value in bench_tracing(engine_url, redis_url, ten_step_tasks, connection_rounds, log_dir).items():
-            figure(name, value, "steps/s")
+        for name, values in bench_tracing(engine_url, redis_url, ten_step_tasks, connection_rounds, log_dir).items():
+            figure(name, statistics.median(values), "steps/s", values)
     finally:
         if not keep:
             drop_database(server_url, database)
@@ -479,10 +493,32 @@ def run(
             "procrastinate_jobs": procrastinate_jobs,
         },
         "seconds": round(time.monotonic() - started, 1),
-        "environment": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "environment": {
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "python_loop_ns": python_loop_ns(),
+        },
     }
     write_results(output, results)
     return results
+
+
+def python_loop_ns() -> float:
+    """Nanoseconds per turn of a fixed pure-Python loop (best of 5): how fast this machine runs Python today.
+
+    Not a baseline of any floor: the machines these benches run on differ by more than a change to the engine
+    (the same code has measured 0.49 and 0.26 of the raw commit rate on two days), and this figure says which
+    kind of day a run had, next to its ratios.
+    """
+    turns = 1_000_000
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        total = 0
+        for turn in range(turns):
+            total += turn
+        best = min(best, time.perf_counter() - started)
+    return round(best * 1e9 / turns, 1)
 
 
 def _row(figures: dict, name: str, baseline: str, label: str) -> dict:
@@ -506,7 +542,8 @@ def format_table(results: dict) -> str:
         f"{sizes['fork_jobs']:,} per forking run, "
         f"{sizes['raw_rows']:,} raw rows per client, "
         f"{sizes['one_step_tasks']:,} 1-step and {sizes['ten_step_tasks']:,} 10-step tasks; "
-        f"{results['environment']['cpus']} CPUs, {results['seconds']:.0f} s):",
+        f"{results['environment']['cpus']} CPUs, {results['seconds']:.0f} s; "
+        f"a pure-Python loop turn {results['environment'].get('python_loop_ns', 0):.1f} ns):",
         "",
         "baselines:",
     ]
