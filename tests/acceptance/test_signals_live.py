@@ -49,6 +49,11 @@ def test_approvals_before_and_during_the_wait_a_rejection_and_a_timeout_across_k
         silent = task_submit(pipeline="t_approval_short", input={"amount": 4})
         for task in (during, rejected):
             wait_for(lambda task=task: waits_for_its_signal(task), timeout=30, message="the task to wait")
+        # The early task found its signal at the wait and went on: finished before the kill below. Where
+        # reaching the two waits takes longer than its 2 s (a slow machine), the kill would otherwise come
+        # in the middle of one of its steps, which then runs again: at least once, as it should, but not the
+        # "each step once" checked below, which is about waiting tasks.
+        wait_for(lambda: state(early) == TaskState.SUCCEEDED, timeout=30, message="the early task to finish")
 
         # Every worker and the sweeper die while the tasks wait; they come back.
         for worker in pool.live():
