@@ -369,6 +369,21 @@ class ReliabilityWorker(SimpleWorker):
         STOPPING.set()
         super().request_stop(signum, frame)
 
+    def unsubscribe(self) -> None:
+        # RQ's unsubscribe sends UNSUBSCRIBE, then stops the thread that reads the worker's channel (redis-py 8
+        # waits for it without a timeout). The thread reads the reply; when the stop comes only after that (a
+        # busy or slow machine), it has gone back to a read of up to 60 s (RQ's sleep_time) for a message that
+        # never comes, and the worker's exit hung that long. Told to stop first, the thread ends with the read
+        # the reply ends; it is waited for 1 s at most, as RQ then does.
+        thread = self.pubsub_thread
+        if not thread:
+            return
+        self.log.info("Worker %s: unsubscribing from channel %s", self.name, self.pubsub_channel_name)
+        _stop_without_waiting(thread)
+        self.pubsub.unsubscribe()
+        thread.join(timeout=1)
+        self.pubsub.close()
+
     def _shutdown(self) -> None:
         # An idle worker's SIGTERM handler raises StopRequested wherever the main thread is. Raised inside a
         # finalizer (a connection pool's __del__ during registry cleaning) it is printed and ignored, and
@@ -377,6 +392,14 @@ class ReliabilityWorker(SimpleWorker):
         if self.get_state() != WorkerStatus.BUSY:
             self._stop_requested = True
         super()._shutdown()
+
+
+def _stop_without_waiting(thread) -> None:
+    """Tell a redis-py ``PubSubWorkerThread`` to stop after its current read, without waiting for it."""
+    try:
+        thread.stop(timeout=0)  # redis-py 8: stop() waits for the thread unless given a timeout
+    except TypeError:
+        thread.stop()  # earlier releases: stop() only tells it
 
 
 def _is_reliability_job_class(job_class) -> bool:

@@ -148,5 +148,9 @@ def test_an_idle_worker_under_sentinel_stops_promptly_on_sigterm(sentinel_redis,
 
     wait_for(idle_in_blpop, timeout=30, message="the worker to wait idle for a job")
     worker.terminate()  # SIGTERM: a warm shutdown
-    wait_for(lambda: not worker.alive(), timeout=10, message="the idle worker to exit after SIGTERM")
+    try:
+        wait_for(lambda: not worker.alive(), timeout=10, message="the idle worker to exit after SIGTERM")
+    except AssertionError:
+        print(worker.tail(8000))
+        raise
     assert "warm shut down requested" in worker.tail(4000)

@@ -8,6 +8,7 @@ inside it (RQ raises it for an idle worker) and RQ would record the finished job
 from __future__ import annotations
 
 import signal
+import threading
 
 import pytest
 from rq.registry import FailedJobRegistry
@@ -17,6 +18,7 @@ from tasks.delivery import get_queue, job_id, redis_client
 from tasks.models import Task, TaskState
 from tasks.submission import task_submit
 from tasks.worker import STOPPING, ReliabilityWorker
+from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,3 +54,25 @@ def test_a_sigterm_while_a_job_finishes_leaves_it_finished_and_stops_the_worker(
     # The job kept nothing (finished lean) and the worker's record says idle, as RQ's own loop would leave it.
     assert not queue.connection.exists(f"rq:job:{job_id(first.pk, 0)}")
     assert worker.get_state() == WorkerStatus.IDLE
+
+
+def test_a_worker_leaves_its_channel_at_once_when_the_reader_got_the_unsubscribe_reply_first(clean_redis):
+    # A worker's exit ends with leaving its channel (RQ's unsubscribe): an UNSUBSCRIBE, whose reply the thread
+    # reading the channel receives, then that thread stopped. Here the reply is read before the stop, as on a
+    # busy machine: the reader has gone back to its next read (RQ's: up to 60 s) when told to stop, and the
+    # worker waited for it (redis-py 8's stop waits), its exit hung in CI for as long.
+    worker = ReliabilityWorker([get_queue("default")], connection=redis_client())
+    worker.subscribe()
+    pubsub, reader = worker.pubsub, worker.pubsub_thread
+    send_unsubscribe = pubsub.unsubscribe
+
+    def unsubscribe_and_let_the_reader_read_the_reply(*args, **kwargs):
+        sent = send_unsubscribe(*args, **kwargs)
+        wait_for(lambda: not pubsub.subscribed, timeout=10, message="the reader to read the UNSUBSCRIBE's reply")
+        return sent
+
+    pubsub.unsubscribe = unsubscribe_and_let_the_reader_read_the_reply
+    left = threading.Event()
+    threading.Thread(target=lambda: (worker.unsubscribe(), left.set()), daemon=True).start()
+    wait_for(left.is_set, timeout=10, message="the worker to leave its channel")
+    assert not reader.is_alive()
