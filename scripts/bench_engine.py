@@ -427,8 +427,8 @@ def run(
                 engine_url, redis_url, "bench_noop_1", count, one_step_tasks, log_dir, in_batches=True
             )
             figure(f"engine_1step_batch_{count}w", tasks_per_second, "tasks/s")
-            # The 10-step floor's two figures, each a median of rounds that alternate: a single 10-step drain
-            # lasts about a second and a half, and two of them on this machine differed by 10 %.
+            # The 10-step floor's two figures, each a median of rounds that alternate: two drains of the same
+            # code on this machine have differed by 5 to 10 %, and the machine's drift then hits both alike.
             samples: dict[str, list[float]] = {"raw": [], "engine": []}
             for _ in range(connection_rounds):
                 samples["raw"].append(bench_raw_commits(raw_url, count, raw_rows))
@@ -507,7 +507,7 @@ def python_loop_ns() -> float:
     """Nanoseconds per turn of a fixed pure-Python loop (best of 5): how fast this machine runs Python today.
 
     Not a baseline of any floor: the machines these benches run on differ by more than a change to the engine
-    (the same code has measured 0.49 and 0.26 of the raw commit rate on two days), and this figure says which
+    (the same code has measured 0.49 and 0.31 of the raw commit rate on two days), and this figure says which
     kind of day a run had, next to its ratios.
     """
     turns = 1_000_000
@@ -543,7 +543,7 @@ def format_table(results: dict) -> str:
         f"{sizes['raw_rows']:,} raw rows per client, "
         f"{sizes['one_step_tasks']:,} 1-step and {sizes['ten_step_tasks']:,} 10-step tasks; "
         f"{results['environment']['cpus']} CPUs, {results['seconds']:.0f} s; "
-        f"a pure-Python loop turn {results['environment'].get('python_loop_ns', 0):.1f} ns):",
+        f"a pure-Python loop turn {results['environment']['python_loop_ns']:.1f} ns):",
         "",
         "baselines:",
     ]
