@@ -8,7 +8,10 @@ Baselines, on the same Redis and PostgreSQL as the engine:
   database, with 1 and 2 client processes (rows/s), in rounds alternating with the engine's 10-step runs of
   the same process count: the 10-step floor compares the two medians;
 - Procrastinate: no-op jobs drained by 1 and 2 ``procrastinate worker`` processes (one job at a time each), from
-  a venv of its own (scripts/bench_procrastinate.py).
+  a venv of its own (scripts/bench_procrastinate.py);
+- DBOS: 10-step workflows of no-op steps called in a loop by 1 and 2 processes (steps/s), from a venv of its own
+  (scripts/bench_dbos.py): a peer that checkpoints each step in PostgreSQL too, reported beside the raw
+  commits, which follow the machine's disk where the engine follows its CPU; no floor.
 
 The engine, with ``RELIABILITY_ENABLE_BENCH_PIPELINES=1`` against a dedicated, migrated database:
 ``bench_noop_1`` tasks/s and ``bench_noop_10`` steps/s, with 1 and 2 ``manage.py rqworker`` processes.
@@ -46,6 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench_db import connect, database_url, drop_database, recreate_database, scalar
+from bench_dbos import bench_dbos
 from bench_part import REDIS_URL_OPTION, Option, Part, positive_int, write_results
 from bench_processes import (
     BENCH_DIR,
@@ -92,9 +96,11 @@ OPTIONS = (
         "and 10-step tasks direct (prepared, plain), through PgBouncer, untraced and traced",
     ),
     Option("procrastinate_jobs", type=positive_int, default=2000, help="no-op jobs per Procrastinate run"),
+    Option("dbos_workflows", type=positive_int, default=200, help="10-step workflows per DBOS process"),
     Option("database", default="rc_bench_engine", help="the engine's bench database"),
     Option("raw_database", default="rc_bench_raw", help="the raw commits' database"),
     Option("procrastinate_database", default="rc_bench_procrastinate", help="Procrastinate's database"),
+    Option("dbos_database", default="rc_bench_dbos", help="DBOS's database"),
     REDIS_URL_OPTION,
 )
 
@@ -374,10 +380,12 @@ def run(
     raw_rows: int = 3000,
     connection_rounds: int = 3,
     procrastinate_jobs: int = 2000,
+    dbos_workflows: int = 200,
     worker_counts: tuple[int, ...] = (1, 2),
     database: str = "rc_bench_engine",
     raw_database: str = "rc_bench_raw",
     procrastinate_database: str = "rc_bench_procrastinate",
+    dbos_database: str = "rc_bench_dbos",
     keep: bool = False,
     server_url: str = DEFAULT_SERVER_URL,
     redis_url: str = DEFAULT_REDIS_URL,
@@ -385,7 +393,7 @@ def run(
     progress: Callable[[str], None] = print,
 ) -> dict:
     """Measure the baselines and the engine; write ``output``; return ``{"rows", "figures", "floors", ...}``."""
-    for name in (database, raw_database, procrastinate_database):
+    for name in (database, raw_database, procrastinate_database, dbos_database):
         check_database_name(name)
     if 2 not in worker_counts:
         raise BenchError("the floors compare 2-worker figures: worker counts must include 2")
@@ -420,6 +428,8 @@ def run(
                 server_url, procrastinate_database, count, procrastinate_jobs, log_dir, progress
             )
             figure(f"procrastinate_{count}w", jobs_per_second, "jobs/s")
+            steps = bench_dbos(server_url, dbos_database, count, dbos_workflows, log_dir, progress)
+            figure(f"dbos_10step_{count}p", steps, "steps/s")
         for count in worker_counts:
             tasks_per_second = bench_engine(engine_url, redis_url, "bench_noop_1", count, one_step_tasks, log_dir)
             figure(f"engine_1step_{count}w", tasks_per_second, "tasks/s")
@@ -449,6 +459,7 @@ def run(
             drop_database(server_url, database)
             drop_database(server_url, raw_database)
             drop_database(server_url, procrastinate_database)
+            drop_database(server_url, dbos_database)
 
     rows = []
     for count in worker_counts:
@@ -465,6 +476,9 @@ def run(
         )
         rows.append(
             _row(figures, f"engine_10step_{count}w", f"raw_commits_{count}c", f"10-step steps, {count} worker(s)")
+        )
+        rows.append(
+            _row(figures, f"engine_10step_{count}w", f"dbos_10step_{count}p", f"10-step steps, {count} worker(s)")
         )
     for name, label in (
         ("engine_10step_2w_plain", "10-step, plain statements"),
@@ -491,6 +505,7 @@ def run(
             "raw_rows": raw_rows,
             "connection_rounds": connection_rounds,
             "procrastinate_jobs": procrastinate_jobs,
+            "dbos_workflows": dbos_workflows,
         },
         "seconds": round(time.monotonic() - started, 1),
         "environment": {

@@ -16,6 +16,8 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 from bench_db import database_url, recreate_database
@@ -42,6 +44,28 @@ DATABASE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 class BenchError(Exception):
     """The benchmark could not run (a command failed, a worker died, a drain did not finish)."""
+
+
+BASELINE_VENVS = ROOT / "var" / "bench-venvs"
+
+
+def baseline_venv(name: str, extra: str, progress: Callable[[str], None] = print) -> Path:
+    """The interpreter of a baseline's own venv, ``var/bench-venvs/<name>``, built (or brought in line with
+    pyproject) first from pyproject's ``extra``: a peer's dependencies (psycopg 3, SQLAlchemy) would otherwise
+    change the project's venv, where psycopg 3 would become Django's driver."""
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        requirements = tomllib.load(file)["project"]["optional-dependencies"][extra]
+    venv = BASELINE_VENVS / name
+    python = venv / "bin" / "python"
+    wanted = "\n".join(requirements)
+    stamp = venv / ".requirements"
+    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
+        return python
+    progress(f"bench: building {name}'s venv in {venv}")
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *requirements], check=True)
+    stamp.write_text(wanted)
+    return python
 
 
 def exit_on_sigterm() -> None:

@@ -12,46 +12,24 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 from bench_db import connect, database_url, drop_database, recreate_database
-from bench_processes import ROOT, SCRIPTS, WORKER_START_TIMEOUT, BenchError, ManagedProcesses
+from bench_processes import SCRIPTS, WORKER_START_TIMEOUT, BenchError, ManagedProcesses, baseline_venv
 
-VENV = ROOT / "var" / "bench-venvs" / "procrastinate"
 EXTRA = "procrastinate-baseline"
 QUEUE = "bench"
 DRAIN_TIMEOUT = 600
 POLL_SECONDS = 0.02
 
 
-def requirements() -> list[str]:
-    with open(ROOT / "pyproject.toml", "rb") as file:
-        return tomllib.load(file)["project"]["optional-dependencies"][EXTRA]
-
-
-def venv_python(progress: Callable[[str], None] = print) -> Path:
-    """The baseline venv's interpreter, the venv built (or brought in line with pyproject) first."""
-    python = VENV / "bin" / "python"
-    wanted = "\n".join(requirements())
-    stamp = VENV / ".requirements"
-    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
-        return python
-    progress(f"bench: building Procrastinate's venv in {VENV}")
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *requirements()], check=True)
-    stamp.write_text(wanted)
-    return python
-
-
 def bench_procrastinate(
     server_url: str, database: str, processes: int, jobs: int, log_dir: Path, progress: Callable[[str], None] = print
 ) -> float:
     """No-op jobs/s drained by ``processes`` Procrastinate workers, on a fresh database ``database``."""
-    python = venv_python(progress)
+    python = baseline_venv("procrastinate", EXTRA, progress)
     recreate_database(server_url, database)
     url = database_url(server_url, database)
     env = {**os.environ, "BENCH_PROCRASTINATE_DSN": url, "PYTHONPATH": str(SCRIPTS), "PYTHONUNBUFFERED": "1"}
