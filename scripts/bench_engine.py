@@ -5,8 +5,7 @@ Baselines, on the same Redis and PostgreSQL as the engine:
 - bare RQ: no-op jobs (a module-level function of this file, JSON serializer) drained by the default
   forking ``rq.Worker`` and by ``rq.SimpleWorker``, with 1 and 2 worker processes (jobs/s);
 - raw psycopg2: a loop committing one small row per transaction into a scratch table of a dedicated
-  database, with 1 and 2 client processes (rows/s), in rounds alternating with the engine's 10-step runs of
-  the same process count: the 10-step floor compares the two medians;
+  database, with 1 and 2 client processes (rows/s);
 - Procrastinate: no-op jobs drained by 1 and 2 ``procrastinate worker`` processes (one job at a time each), from
   a venv of its own (scripts/bench_procrastinate.py);
 - DBOS: 10-step workflows of no-op steps called in a loop by 1 and 2 processes (steps/s), from a venv of its own
@@ -15,6 +14,10 @@ Baselines, on the same Redis and PostgreSQL as the engine:
 
 The engine, with ``RELIABILITY_ENABLE_BENCH_PIPELINES=1`` against a dedicated, migrated database:
 ``bench_noop_1`` tasks/s and ``bench_noop_10`` steps/s, with 1 and 2 ``manage.py rqworker`` processes.
+
+Each floor's figure and its baseline run in rounds that alternate, per process count (SimpleWorker, 1-step
+tasks, Procrastinate, batch-submitted 1-step tasks, raw commits, 10-step tasks), and the floor compares their
+medians: the machine's drift in the meantime hits both alike.
 
 How the database is reached, in rounds that alternate so the machine's drift hits each alike (10-step, 2
 workers): direct with prepared step writes (the default), direct with plain ones (``DATABASE_POOLER=
@@ -92,7 +95,8 @@ OPTIONS = (
         "connection_rounds",
         type=positive_int,
         default=3,
-        help="rounds of alternating runs: raw commits and 10-step tasks (the floor compares their medians), "
+        help="rounds of alternating runs: each floor's figure and its baseline (SimpleWorker and 1-step tasks, "
+        "Procrastinate and batch-submitted ones, raw commits and 10-step tasks: the floors compare medians), "
         "and 10-step tasks direct (prepared, plain), through PgBouncer, untraced and traced",
     ),
     Option("procrastinate_jobs", type=positive_int, default=2000, help="no-op jobs per Procrastinate run"),
@@ -423,29 +427,38 @@ def run(
 
         for count in worker_counts:
             figure(f"rq_forking_{count}w", bench_rq(redis_url, "rq.worker.Worker", count, fork_jobs, log_dir), "jobs/s")
-            figure(f"rq_simple_{count}w", bench_rq(redis_url, "rq.worker.SimpleWorker", count, jobs, log_dir), "jobs/s")
-            jobs_per_second = bench_procrastinate(
-                server_url, procrastinate_database, count, procrastinate_jobs, log_dir, progress
-            )
-            figure(f"procrastinate_{count}w", jobs_per_second, "jobs/s")
             steps = bench_dbos(server_url, dbos_database, count, dbos_workflows, log_dir, progress)
             figure(f"dbos_10step_{count}p", steps, "steps/s")
         for count in worker_counts:
-            tasks_per_second = bench_engine(engine_url, redis_url, "bench_noop_1", count, one_step_tasks, log_dir)
-            figure(f"engine_1step_{count}w", tasks_per_second, "tasks/s")
-            tasks_per_second = bench_engine(
-                engine_url, redis_url, "bench_noop_1", count, one_step_tasks, log_dir, in_batches=True
-            )
-            figure(f"engine_1step_batch_{count}w", tasks_per_second, "tasks/s")
-            # The 10-step floor's two figures, each a median of rounds that alternate: two drains of the same
-            # code on this machine have differed by 5 to 10 %, and the machine's drift then hits both alike.
-            samples: dict[str, list[float]] = {"raw": [], "engine": []}
+            # Each floor's two figures are medians of rounds that alternate: two drains of the same code on one
+            # machine have differed by 5 to 10 %, and single runs minutes apart by 40 % (a 1-step drain against
+            # SimpleWorker measured 1.42 in one run and 0.57 in the next): the machine's drift hits both alike.
+            samples: dict[str, list[float]] = {name: [] for name in ("simple", "one", "pro", "batch", "raw", "ten")}
             for _ in range(connection_rounds):
+                samples["simple"].append(bench_rq(redis_url, "rq.worker.SimpleWorker", count, jobs, log_dir))
+                samples["one"].append(
+                    bench_engine(engine_url, redis_url, "bench_noop_1", count, one_step_tasks, log_dir)
+                )
+                samples["pro"].append(
+                    bench_procrastinate(
+                        server_url, procrastinate_database, count, procrastinate_jobs, log_dir, progress
+                    )
+                )
+                samples["batch"].append(
+                    bench_engine(engine_url, redis_url, "bench_noop_1", count, one_step_tasks, log_dir, in_batches=True)
+                )
                 samples["raw"].append(bench_raw_commits(raw_url, count, raw_rows))
                 tasks_per_second = bench_engine(engine_url, redis_url, "bench_noop_10", count, ten_step_tasks, log_dir)
-                samples["engine"].append(tasks_per_second * 10)
-            figure(f"raw_commits_{count}c", statistics.median(samples["raw"]), "rows/s", samples["raw"])
-            figure(f"engine_10step_{count}w", statistics.median(samples["engine"]), "steps/s", samples["engine"])
+                samples["ten"].append(tasks_per_second * 10)
+            for name, key, unit in (
+                (f"rq_simple_{count}w", "simple", "jobs/s"),
+                (f"engine_1step_{count}w", "one", "tasks/s"),
+                (f"procrastinate_{count}w", "pro", "jobs/s"),
+                (f"engine_1step_batch_{count}w", "batch", "tasks/s"),
+                (f"raw_commits_{count}c", "raw", "rows/s"),
+                (f"engine_10step_{count}w", "ten", "steps/s"),
+            ):
+                figure(name, statistics.median(samples[key]), unit, samples[key])
         progress(f"bench: reaching the database directly and through PgBouncer, {connection_rounds} rounds")
         for name, values in bench_connections(
             engine_url, redis_url, ten_step_tasks, connection_rounds, log_dir
