@@ -21,7 +21,6 @@ from bench_processes import SCRIPTS, WORKER_START_TIMEOUT, BenchError, baseline_
 
 EXTRA = "dbos-baseline"
 APP = SCRIPTS / "bench_dbos_app.py"
-STEPS = 10
 DRAIN_TIMEOUT = 600
 
 
@@ -70,8 +69,8 @@ def bench_dbos(
                     if child.poll() is None:
                         child.kill()
                         child.wait()
-        starts, ends = zip(*((float(start), float(end)) for _, start, end in spans), strict=True)
-        return processes * workflows * STEPS / (max(ends) - min(starts))
+        starts, ends, steps = zip(*((float(start), float(end), int(ran)) for _, start, end, ran in spans), strict=True)
+        return sum(steps) / (max(ends) - min(starts))
     except subprocess.CalledProcessError as exc:
         raise BenchError(f"DBOS's setup failed ({exc.returncode}); see {log_path}") from None
     finally:
@@ -82,7 +81,11 @@ def _expect(child: subprocess.Popen, word: str, log_path: Path, timeout: float) 
     """The child's next line, split; a BenchError when it is not ``word ...`` within ``timeout`` seconds (the child
     died, failed or hangs). Each child writes one line at a time and waits: nothing sits in the pipe's buffer."""
     readable, _, _ = select.select([child.stdout], [], [], timeout)
-    line = child.stdout.readline().split() if readable else ["(nothing", f"within {timeout:.0f}s)"]
-    if not line or line[0] != word:
+    if not readable:
+        raise BenchError(f"a DBOS process said nothing within {timeout:.0f}s where {word!r} was due; see {log_path}")
+    line = child.stdout.readline().split()
+    if not line:
+        raise BenchError(f"a DBOS process ended before it said {word!r}; see {log_path}")
+    if line[0] != word:
         raise BenchError(f"a DBOS process answered {' '.join(line)!r} where {word!r} was due; see {log_path}")
     return line

@@ -4,7 +4,7 @@ loop. Runs in the baseline's own venv (DBOS, SQLAlchemy, psycopg 3), never in th
 ``setup URL``: create DBOS's system tables in the database and exit (one process, so that the measured ones
 do not race to create them). ``run URL WORKFLOWS EXECUTOR``: launch DBOS as executor ``EXECUTOR``, run 20
 workflows to warm up, print ``ready``, wait for a line on stdin, run ``WORKFLOWS`` workflows, print ``span START
-END`` (``time.monotonic()``, one clock for every process of the machine).
+END STEPS`` (``time.monotonic()``, one clock for every process of the machine; the steps it ran).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def main(argv: list[str]) -> None:
     started = time.monotonic()
     for _ in range(int(workflows)):
         workflow()
-    print(f"span {started} {time.monotonic()}", flush=True)
+    print(f"span {started} {time.monotonic()} {int(workflows) * STEPS}", flush=True)
     DBOS.destroy()
 
 
