@@ -243,24 +243,35 @@ def submit_tasks(env: dict, pipeline: str, count: int, batch: str, *, in_batches
     run_command([sys.executable, __file__, mode, pipeline, str(count), batch], env, f"submitting {pipeline}")
 
 
-def count_succeeded(cursor, pipeline: str, batch: str, since=None) -> int:
-    """How many of the tasks ``submit_tasks`` submitted as ``batch`` succeeded; a BenchError if any ended otherwise.
+# The tasks ``submit_tasks`` submitted as a batch. With ``since`` (a database time before the batch was submitted)
+# they are read through the (pipeline, created_at) index, however many other tasks the table holds (the purge
+# part's million, and its earlier drains): reading them all would load the database under measurement.
+_BATCH_TASKS = (
+    "FROM tasks_task WHERE pipeline = %s AND created_at >= coalesce(%s::timestamptz, '-infinity') "
+    "AND input->>'batch' = %s"
+)
 
-    ``since``: a database time before the batch was submitted. With it the poll (every 20 ms) reads only the
-    batch's tasks through the (pipeline, created_at) index, however many other tasks the table holds (the
-    purge part's million, and its earlier drains): reading them all would load the database under measurement.
-    """
+
+def count_succeeded(cursor, pipeline: str, batch: str, since=None) -> int:
+    """How many of the tasks ``submit_tasks`` submitted as ``batch`` succeeded; a BenchError if any ended otherwise."""
     cursor.execute(
         "SELECT count(*) FILTER (WHERE state = 'succeeded'), "
-        "count(*) FILTER (WHERE state NOT IN ('succeeded', 'queued', 'running')) "
-        "FROM tasks_task WHERE pipeline = %s AND created_at >= coalesce(%s::timestamptz, '-infinity') "
-        "AND input->>'batch' = %s",
+        "count(*) FILTER (WHERE state NOT IN ('succeeded', 'queued', 'running')) " + _BATCH_TASKS,
         [pipeline, since, batch],
     )
     done, other = cursor.fetchone()
     if other:
         raise BenchError(f"{other} {pipeline} tasks neither succeeded nor running")
     return done
+
+
+def last_finished(cursor, pipeline: str, batch: str, since=None) -> float:
+    """When the last of ``batch``'s tasks finished (epoch seconds), as its worker recorded it (``finished_at``)."""
+    cursor.execute("SELECT extract(epoch FROM max(finished_at)) " + _BATCH_TASKS, [pipeline, since, batch])
+    (finished,) = cursor.fetchone()
+    if finished is None:
+        raise BenchError(f"no {pipeline} task of the batch has finished")
+    return float(finished)
 
 
 def submit_child(pipeline: str, count: int, batch: str, *, in_batches: bool = False) -> None:
