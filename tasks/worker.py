@@ -146,10 +146,11 @@ STOPPING = threading.Event()
 # be its next one anyway.
 listened_queues: frozenset[str] | None = None
 
-# How often, at most, a worker refreshes its liveness in Redis by itself. RQ's loop sends a heartbeat (three
-# unpipelined commands) three times per job; each job's own bookkeeping already refreshes it in a pipeline, so
-# while busy these add nothing, and while idle the worker blocks in BLPOP and beats once per wait (RQ's own
-# rhythm). The worker's key lives for its worker_ttl (420 s by default) past the last beat, whatever this is.
+# How often, at most, a worker refreshes its liveness in Redis. RQ's loop sends a heartbeat (three unpipelined
+# commands) three times per job and once more in each job's start; here a busy worker's rides in a job's start
+# at most this often, and an idle one blocks in BLPOP and beats once per wait (RQ's own rhythm). So `rq info`
+# and the console's queue page show a busy worker's last heartbeat at most this old. The worker's key lives for
+# its worker_ttl (420 s by default) past the last beat, whatever this is.
 WORKER_HEARTBEAT_SECONDS = 5.0
 
 
@@ -218,9 +219,9 @@ class ReliabilityWorker(SimpleWorker):
 
     The loop talks to Redis four times per job where RQ's talks twenty-seven
     (tests/acceptance/test_round_trips.py counts them): the dequeue, the
-    job's fetch, its start and its finish. Heartbeats and the suspension
-    check at most every ``WORKER_HEARTBEAT_SECONDS`` outside a job's own
-    pipelines, the worker's state written only when it changes (busy and
+    job's fetch, its start and its finish. Heartbeats (in a job's start or
+    on their own) and the suspension check at most every
+    ``WORKER_HEARTBEAT_SECONDS``, the worker's state written only when it changes (busy and
     idle ride in the job's pipelines), the execution and the job's start in
     one pipeline, and a job with nothing to keep (``finishes_lean``)
     finished and deleted in one pipeline, without the dependents' WATCH and
@@ -298,11 +299,13 @@ class ReliabilityWorker(SimpleWorker):
         if pipeline is None:
             super().prepare_job_execution(job, remove_from_intermediate_queue)
             return
-        # RQ's prepare_job_execution, in the execution's pipeline.
+        # RQ's prepare_job_execution, in the execution's pipeline, less two things. The worker's heartbeat (a
+        # field and two TTLs) rides in it at most every WORKER_HEARTBEAT_SECONDS, as outside a job: the worker's
+        # key was given minutes to live by the last one. RQ's job.heartbeat writes the job's last_heartbeat, which
+        # prepare_for_execution writes again right after it.
         with pipeline:
-            heartbeat_ttl = self.get_heartbeat_ttl(job)
-            self.heartbeat(heartbeat_ttl, pipeline=pipeline)
-            job.heartbeat(now(), heartbeat_ttl, pipeline=pipeline)
+            if self._due("heartbeat"):
+                self.heartbeat(self.get_heartbeat_ttl(job), pipeline=pipeline)
             job.prepare_for_execution(self.name, pipeline=pipeline)
             pipeline.persist(job.key)
             if remove_from_intermediate_queue:
