@@ -1,8 +1,9 @@
 """A busy worker's heartbeat rides in a job's start at most every ``WORKER_HEARTBEAT_SECONDS``, not in every job's.
 
 RQ writes the worker's heartbeat (its ``last_heartbeat`` and two TTLs) into each job's start, and the job's own
-``last_heartbeat`` twice; for jobs that take milliseconds that was a fifth of the commands of a job's start. The
-worker's key still lives for minutes past its last beat (tests/acceptance/test_lean_worker.py), and each job still records when and where it started.
+``last_heartbeat`` twice; for jobs that take milliseconds that was a fourth of the commands of a job's start. The
+worker's key still lives for minutes past its last beat (tests/acceptance/test_lean_worker.py), and each job
+still records when and where it started.
 """
 
 from __future__ import annotations
