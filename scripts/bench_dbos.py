@@ -42,9 +42,18 @@ def bench_dbos(
     log_path = log_dir / "dbos.log"
     try:
         with open(log_path, "ab") as log:
-            subprocess.run(
-                [python, str(APP), "setup", dbos_url], stdout=log, stderr=log, check=True, timeout=WORKER_START_TIMEOUT
-            )
+            try:
+                subprocess.run(
+                    [python, str(APP), "setup", dbos_url],
+                    stdout=log,
+                    stderr=log,
+                    check=True,
+                    timeout=WORKER_START_TIMEOUT,
+                )
+            except subprocess.CalledProcessError as exc:
+                raise BenchError(f"DBOS's setup exited with status {exc.returncode}; see {log_path}") from None
+            except subprocess.TimeoutExpired:
+                raise BenchError(f"DBOS's setup took over {WORKER_START_TIMEOUT}s; see {log_path}") from None
             children = [
                 subprocess.Popen(
                     [python, str(APP), "run", dbos_url, str(workflows), f"rc-bench-{index}"],
@@ -63,7 +72,12 @@ def bench_dbos(
                     child.stdin.flush()
                 spans = [_expect(child, "span", log_path, DRAIN_TIMEOUT) for child in children]
                 for child in children:
-                    child.wait(timeout=DRAIN_TIMEOUT)
+                    try:
+                        child.wait(timeout=DRAIN_TIMEOUT)
+                    except subprocess.TimeoutExpired:
+                        raise BenchError(
+                            f"a DBOS process did not exit within {DRAIN_TIMEOUT}s of its span; see {log_path}"
+                        ) from None
             finally:
                 for child in children:
                     if child.poll() is None:
