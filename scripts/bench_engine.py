@@ -22,7 +22,9 @@ medians: the machine's drift in the meantime hits both alike.
 How the database is reached, in rounds that alternate so the machine's drift hits each alike (10-step, 2
 workers): direct with prepared step writes (the default), direct with plain ones (``DATABASE_POOLER=
 transaction``: what dropping the prepared plan costs), and through a PgBouncer in transaction mode (plain
-step writes plus the pooler's hop). The medians are compared with the direct, prepared figure.
+step writes plus the pooler's hop). The medians are compared with the direct, prepared figure. Then direct and
+through PgBouncer again with 4 workers each (no floor). Every one of these drains also reads what a step cost each
+process, CPU and run-queue wait (``bench_sched``): where the pooler's hop goes.
 
 Tracing, in alternating rounds too (10-step, 2 workers): off, and on (``RELIABILITY_TRACING=1``) with every span
 exported over OTLP/HTTP to a receiver in this process that keeps nothing: what traces cost the workers.
@@ -79,6 +81,7 @@ from bench_processes import (
     wait_registered,
 )
 from bench_procrastinate import bench_procrastinate
+from bench_sched import KINDS, ProcessClock, local_process
 
 from chaos.topology import PgBouncer  # bench_processes put the repository root on sys.path
 
@@ -136,25 +139,31 @@ def _drain(
     *,
     poll: float,
     jobs: int | None = None,
+    clock: ProcessClock | None = None,
 ) -> float:
     """Hold the queue's jobs (``jobs``, by default ``count``), ``start()`` the workers, release: seconds from the
     release until the last of them finished.
 
     ``done()`` says how many finished, polled every ``poll`` seconds; once all have, ``last_finished()`` gives
     the last one's finishing time (epoch seconds) as the workers recorded it. The workers run on this machine,
-    so their clock is this one's.
+    so their clock is this one's. ``clock`` reads the processes' times at the release and once all are done.
     """
     hold = QueueHold(connection, queue)
     hold.hold(count if jobs is None else jobs)
     workers = start()
     try:
         wait_registered(connection, queue, len(workers.processes), workers)
+        pids = [process.pid for process in workers.processes]
+        if clock is not None:
+            clock.start(pids)
         started = time.time()
         hold.release()
         deadline = time.monotonic() + DRAIN_TIMEOUT
         while True:
             finished = done()
             if finished >= count:
+                if clock is not None:
+                    clock.stop(pids, count)
                 return last_finished() - started
             if time.monotonic() > deadline:
                 raise BenchError(f"only {finished} of {count} done after {DRAIN_TIMEOUT}s; see {workers.log_path}")
@@ -287,11 +296,13 @@ def bench_engine(
     log_dir: Path,
     *,
     in_batches: bool = False,
+    clock: ProcessClock | None = None,
     **settings: str,
 ) -> float:
     """Tasks/s of ``pipeline`` run by ``processes`` ``manage.py rqworker`` processes with ``settings`` in their env.
 
-    ``in_batches``: the tasks are submitted with ``task_submit_many`` (delivered several per RQ job).
+    ``in_batches``: the tasks are submitted with ``task_submit_many`` (delivered several per RQ job). ``clock``:
+    what the drain cost each process (``bench_sched``).
     """
     env = project_env(url, redis_url, **settings)
     connection = redis_connection(redis_url)
@@ -315,6 +326,7 @@ def bench_engine(
                     poll=ENGINE_POLL_SECONDS,
                     # A batch's tasks share jobs.
                     jobs=connection.llen(f"rq:queue:{ENGINE_QUEUE}"),
+                    clock=clock,
                 )
         finally:
             database.close()
@@ -324,28 +336,57 @@ def bench_engine(
         connection.close()
 
 
-# Ways to reach the database, compared in alternating rounds: (figure name, through PgBouncer, settings).
+# Ways to reach the database, compared in alternating rounds: (figure name, through PgBouncer, workers, settings).
+# The 4-worker pair is not a floor's: with two workers on two cores, PgBouncer's hop (two more wake-ups per
+# step, each a wait for a busy CPU) leaves a CPU idle; twice the workers fill it, and the pair shows how much
+# of the pooler's cost was that wait.
+POOLED = {"DATABASE_POOLER": "transaction"}
 CONNECTION_VARIANTS = (
-    ("engine_10step_2w_prepared", False, {}),
-    ("engine_10step_2w_plain", False, {"DATABASE_POOLER": "transaction"}),
-    ("engine_10step_2w_pgbouncer", True, {"DATABASE_POOLER": "transaction"}),
+    ("engine_10step_2w_prepared", False, 2, {}),
+    ("engine_10step_2w_plain", False, 2, POOLED),
+    ("engine_10step_2w_pgbouncer", True, 2, POOLED),
+    ("engine_10step_4w_prepared", False, 4, {}),
+    ("engine_10step_4w_pgbouncer", True, 4, POOLED),
 )
 
 
-def bench_connections(url: str, redis_url: str, tasks: int, rounds: int, log_dir: Path) -> dict[str, list[float]]:
-    """10-step steps/s with 2 workers for each of ``CONNECTION_VARIANTS``, in ``rounds`` alternating rounds."""
+def bench_connections(
+    url: str, redis_url: str, tasks: int, rounds: int, log_dir: Path
+) -> tuple[dict[str, list[float]], dict[str, dict]]:
+    """10-step steps/s for each of ``CONNECTION_VARIANTS``, in ``rounds`` alternating rounds; and for each, the
+    CPU time and run-queue wait of one step, by process (``bench_sched``), over all its rounds."""
     bouncer = PgBouncer(log_dir, url, pool_mode="transaction", pool_size=10)
     bouncer.start()
-    samples: dict[str, list[float]] = {name: [] for name, _, _ in CONNECTION_VARIANTS}
+    monitor = connect(url)  # direct: it names the database's backends, the pooler's server connections too
+    redis = redis_connection(redis_url)
+    redis_pid = local_process(redis.info("server").get("process_id"), "redis")
+    redis.close()
+
+    def pids(pooled: bool) -> dict[str, list[int]]:
+        with monitor.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            backends = [pid for (pid,) in cursor.fetchall() if local_process(pid, "postgres")]
+        found = {"postgres": backends, "redis": [redis_pid] if redis_pid else []}
+        if pooled:
+            found["pgbouncer"] = [bouncer.child.process.pid]
+        return found
+
+    samples: dict[str, list[float]] = {name: [] for name, _, _, _ in CONNECTION_VARIANTS}
+    clocks = {name: ProcessClock(lambda pooled=pooled: pids(pooled)) for name, pooled, _, _ in CONNECTION_VARIANTS}
     try:
         for _ in range(rounds):
-            for name, pooled, settings in CONNECTION_VARIANTS:
+            for name, pooled, workers, settings in CONNECTION_VARIANTS:
                 target = bouncer.url(url) if pooled else url
-                steps = bench_engine(target, redis_url, "bench_noop_10", 2, tasks, log_dir, **settings) * 10
-                samples[name].append(steps)
+                tasks_per_second = bench_engine(
+                    target, redis_url, "bench_noop_10", workers, tasks, log_dir, clock=clocks[name], **settings
+                )
+                samples[name].append(tasks_per_second * 10)
     finally:
+        monitor.close()
         bouncer.stop()
-    return samples
+    return samples, {name: clock.per_unit(parts=10) for name, clock in clocks.items()}
 
 
 class _SpanSink(http.server.ThreadingHTTPServer):
@@ -495,9 +536,10 @@ def run(
             ):
                 figure(name, statistics.median(samples[key]), unit, samples[key])
         progress(f"bench: reaching the database directly and through PgBouncer, {connection_rounds} rounds")
-        for name, values in bench_connections(
+        connection_samples, processes = bench_connections(
             engine_url, redis_url, ten_step_tasks, connection_rounds, log_dir
-        ).items():
+        )
+        for name, values in connection_samples.items():
             figure(name, statistics.median(values), "steps/s", values)
         progress(f"bench: tracing off and on, {connection_rounds} rounds")
         for name, values in bench_tracing(engine_url, redis_url, ten_step_tasks, connection_rounds, log_dir).items():
@@ -534,6 +576,9 @@ def run(
     ):
         rows.append(_row(figures, name, "engine_10step_2w_prepared", label))
     rows.append(
+        _row(figures, "engine_10step_4w_pgbouncer", "engine_10step_4w_prepared", "10-step, PgBouncer, 4 w. each")
+    )
+    rows.append(
         _row(figures, "engine_10step_2w_traced", "engine_10step_2w_untraced", "10-step, traced (OTLP to a local sink)")
     )
     floors = []
@@ -545,6 +590,8 @@ def run(
         "figures": {f"engine.{name}": value for name, value in figures.items()},
         "rows": rows,
         "floors": floors,
+        # Per step of the connection rounds' drains, by process: CPU time and run-queue wait (bench_sched).
+        "processes": processes,
         "sizes": {
             "jobs": jobs,
             "fork_jobs": fork_jobs,
@@ -620,6 +667,16 @@ def format_table(results: dict) -> str:
             f"{row['label']:<30} {row['value']:>10,.1f} {row['unit']:<8} {row['baseline']:<26} "
             f"{row['baseline_value']:>10,.1f} {row['baseline_unit']:<7} {row['ratio']:>6.2f}"
         )
+    if results.get("processes"):
+        kinds = [kind for kind in KINDS if any(kind in seen for seen in results["processes"].values())]
+        lines += ["", "one step, by process: CPU / run-queue wait, in µs (/proc schedstat, all rounds):"]
+        lines.append(f"  {'':<28}" + "".join(f"{kind:>16}" for kind in kinds))
+        for name, seen in results["processes"].items():
+            cells = "".join(
+                f"{seen[kind]['cpu_us']:>8,.0f} /{seen[kind]['wait_us']:>6,.0f}" if kind in seen else f"{'':>16}"
+                for kind in kinds
+            )
+            lines.append(f"  {name:<28}{cells}")
     lines += ["", "floors (reported, not enforced):"]
     for floor in results["floors"]:
         lines.append(
