@@ -308,6 +308,10 @@ def test_every_console_page_is_in_chinese(client, seeded):
     names = (*AlertRule.objects.values_list("name", flat=True), *AlertChannel.objects.values_list("name", flat=True))
     names += tuple(settings.RQ_QUEUES)  # queue names ("default") are identifiers of the configuration
     names += tuple(pipeline.name for pipeline in registry.all_pipelines())  # so are pipeline names ("report")
+    # Task ids, whole and as the lists show them (their first 8 hex digits): one whose 8 are all letters a to f
+    # (about 1 in 2,600) would read as a word ("cfaddebc") and fail the page at random.
+    ids = [str(pk) for pk in Task.objects.values_list("pk", flat=True)]
+    names += (*ids, *(task_id[:8] for task_id in ids))
     untranslated = {}
     for url in pages(seeded):
         response = client.get(url, HTTP_ACCEPT_LANGUAGE="zh-Hans")
