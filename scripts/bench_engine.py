@@ -355,12 +355,13 @@ def bench_connections(
 ) -> tuple[dict[str, list[float]], dict[str, dict]]:
     """10-step steps/s for each of ``CONNECTION_VARIANTS``, in ``rounds`` alternating rounds; and for each, the
     CPU time and run-queue wait of one step, by process (``bench_sched``), over all its rounds."""
-    bouncer = PgBouncer(log_dir, url, pool_mode="transaction", pool_size=10)
-    bouncer.start()
-    monitor = connect(url)  # direct: it names the database's backends, the pooler's server connections too
     redis = redis_connection(redis_url)
-    redis_pid = local_process(redis.info("server").get("process_id"), "redis")
-    redis.close()
+    try:
+        redis_pid = local_process(redis.info("server").get("process_id"), "redis")
+    finally:
+        redis.close()
+    monitor = connect(url)  # direct: it names the database's backends, the pooler's server connections too
+    bouncer = PgBouncer(log_dir, url, pool_mode="transaction", pool_size=10)
 
     def pids(pooled: bool) -> dict[str, list[int]]:
         with monitor.cursor() as cursor:
@@ -376,6 +377,7 @@ def bench_connections(
     samples: dict[str, list[float]] = {name: [] for name, _, _, _ in CONNECTION_VARIANTS}
     clocks = {name: ProcessClock(lambda pooled=pooled: pids(pooled)) for name, pooled, _, _ in CONNECTION_VARIANTS}
     try:
+        bouncer.start()
         for _ in range(rounds):
             for name, pooled, workers, settings in CONNECTION_VARIANTS:
                 target = bouncer.url(url) if pooled else url
