@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Tests run against PostgreSQL (pytest-django creates and drops test_<name>).
 TEST_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/reliability_console
 
-.PHONY: run test test-fast bench profile chaos lint format install clean
+.PHONY: run test test-fast bench bench-compare profile chaos lint format install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,13 @@ test-fast: install
 bench: install
 	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+
+# The engine's 1-step, batch and 10-step figures of this tree beside BASE's (a commit; default HEAD), one run,
+# alternating rounds: what a change costs. `make bench-compare BASE=7c7f784 COMPARE_ARGS="--rounds 7"`.
+BASE ?= HEAD
+bench-compare: install
+	$(BIN)/pip install --quiet -e ".[bench]"
+	$(BIN)/python scripts/bench_compare.py --base $(BASE) $(COMPARE_ARGS)
 
 # Where a worker's time goes while it drains 10-step tasks (py-spy), and each task's commits and Redis commands.
 profile: install

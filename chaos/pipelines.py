@@ -26,10 +26,10 @@ from datetime import timedelta
 from chaos.schedules import TICK_PIPELINE, TICK_SCHEDULE, TICK_SECONDS
 from chaos.signals import APPROVAL_PIPELINE, APPROVAL_SIGNAL, APPROVAL_TIMEOUT, SLEEP_SECONDS, SLEEP_STEP
 from chaos.workload import LIMITED_PIPELINE
+from tasks import Pipeline
 from tasks.demo import report_pipeline as demo
 from tasks.exceptions import PermanentError
-from tasks.pipelines import Pipeline
-from tasks.schedules import Schedule
+from tasks.pipelines.schedules import Schedule
 
 MAX_CONCURRENCY = 2
 RATE_LIMIT = "10/s"

@@ -59,7 +59,8 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
 
 
 def worker_pid(identity: str) -> int | None:
-    """The process id at the end of a worker identity (a lease owner, ``tasks.jobs.worker_identity``), else None."""
+    """The process id at the end of a worker identity (a lease owner, ``tasks.delivery.jobs.worker_identity``), else
+    None."""
     try:
         return int(identity.rsplit(":", 1)[1])
     except (IndexError, ValueError):

@@ -446,6 +446,6 @@ def key_step(key: str | None, task_id: str, generation: int) -> str | None:
     prefix = f"rc-{task_id}-g{generation}-"
     if key is None or not key.startswith(prefix):
         return None
-    # Step names are lower case, digits and _ (tasks.pipelines.NAME_PATTERN): the first "-" ends one.
+    # Step names are lower case, digits and _ (tasks.pipelines.pipeline.NAME_PATTERN): the first "-" ends one.
     step, _, effect = key[len(prefix) :].partition("-")
     return step if effect else None

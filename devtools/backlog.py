@@ -4,7 +4,7 @@
 and their jobs as a delivery leaves them, without one enqueue per task (RQ
 builds and packs each job in Python: 100,000 take about 25 s here, this
 takes a few). The first job is enqueued by the engine itself
-(``tasks.delivery.deliver_now``); every other job is a server-side ``COPY``
+(``tasks.delivery.enqueue.deliver_now``); every other job is a server-side ``COPY``
 of that job's hash with its own task id written into its payload and
 description (the same JSON, compressed as RQ compresses it), and its id
 pushed onto the pipeline's queue in task order. So each job hash holds every field a
@@ -26,9 +26,10 @@ from datetime import timedelta
 
 from django.db import connection
 
-from tasks import delivery, registry
+from tasks import registry
+from tasks.delivery import enqueue
+from tasks.delivery.queues import queue_for_pipeline
 from tasks.models import Task, TaskState
-from tasks.queues import queue_for_pipeline
 
 # Jobs per round trip to Redis.
 REDIS_CHUNK = 5000
@@ -100,21 +101,21 @@ def backlog_create(
 def _jobs_create(task_ids: list[uuid.UUID], *, pipeline: str) -> None:
     if not task_ids:
         return
-    # A new task's first delivery is its fencing token 0 (tasks.submission).
+    # A new task's first delivery is its fencing token 0 (tasks.submission.submit).
     token = Task._meta.get_field("fencing_token").default
     first, *others = task_ids
-    if not delivery.deliver_now(first, token, pipeline=pipeline):
+    if not enqueue.deliver_now(first, token, pipeline=pipeline):
         raise RuntimeError("Redis is unavailable")
     # The queue the engine delivered the first job to: the pipeline's own.
-    queue = delivery.get_queue(queue_for_pipeline(pipeline))
-    template_key = queue.job_class.key_for(delivery.job_id(first, token))
+    queue = enqueue.get_queue(queue_for_pipeline(pipeline))
+    template_key = queue.job_class.key_for(enqueue.job_id(first, token))
     payload, description = queue.connection.hmget(template_key, "data", "description")
     payload = zlib.decompress(payload)
     placeholder = str(first).encode()
     copy_jobs = queue.connection.register_script(_COPY_JOBS)
     for start in range(0, len(others), REDIS_CHUNK):
         chunk = others[start : start + REDIS_CHUNK]
-        job_ids = [delivery.job_id(task_id, token) for task_id in chunk]
+        job_ids = [enqueue.job_id(task_id, token) for task_id in chunk]
         values = []
         for task_id, job_id in zip(chunk, job_ids, strict=True):
             own_id = str(task_id).encode()

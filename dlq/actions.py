@@ -27,7 +27,7 @@ from dlq.audit_details import (
 )
 from dlq.models import AuditOutcome, DLQItem
 from tasks.exceptions import ReliabilityError, TaskNotActionable
-from tasks.lifecycle.operator import (
+from tasks.lifecycle import (
     CLOSABLE_STATES,
     task_close,
     task_compensate,

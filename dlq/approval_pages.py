@@ -14,12 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import permission_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -27,8 +26,7 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 
-from dlq.actions import MAX_REASON_LENGTH, ActionDenied, ActionRefused, ReasonRequired
-from dlq.admin.common import client_ip, deny
+from dlq.admin.common import action_page, client_ip, deny
 from dlq.admin.task_pages import JsonBlock, redacted_json_block
 from dlq.approvals import DECIDE_PERMISSION, DECISIONS, Decision, approval_decide
 from tasks import registry
@@ -131,41 +129,29 @@ def approval_decide_page(request: HttpRequest, task_id, wait: str, decision: str
         deny(request, action=spec.audit_action, target_type="task", target_id=task_id)
     task = get_object_or_404(Task, pk=task_id)
     inbox_url = reverse("approvals")
-    error = ""
-    if request.method == "POST":
-        try:
-            approval_decide(
-                task_id=task.pk,
-                wait=wait,
-                decision=spec.name,
-                actor=request.user,
-                reason=request.POST.get("reason", ""),
-                client_ip=client_ip(request),
-            )
-        except ActionDenied:
-            raise PermissionDenied from None
-        except ReasonRequired as exc:
-            error = exc.message
-        except ActionRefused as exc:
-            messages.error(request, _("Not done: %(why)s") % {"why": exc.message})
-            return HttpResponseRedirect(inbox_url)
-        else:
-            messages.success(request, DONE_MESSAGES[spec.name] % {"task": task.pk, "wait": wait})
-            return HttpResponseRedirect(inbox_url)
-    context = {
-        **admin.site.each_context(request),
-        "title": _decision_title(spec, wait),
-        "spec": spec,
-        "task": task,
-        "wait": wait,
-        "available": approval_wait_of(task) == wait,
-        "input_json": redacted_json_block(task.input, task, limit=MAX_LIST_JSON_CHARACTERS),
-        "error": error,
-        # Shown again after a form error: never more than may be stored.
-        "reason": request.POST.get("reason", "")[:MAX_REASON_LENGTH],
-        "cancel_url": inbox_url,
-    }
-    return TemplateResponse(request, "admin/approval_confirm.html", context, status=400 if error else 200)
+    return action_page(
+        request,
+        lambda: approval_decide(
+            task_id=task.pk,
+            wait=wait,
+            decision=spec.name,
+            actor=request.user,
+            reason=request.POST.get("reason", ""),
+            client_ip=client_ip(request),
+        ),
+        template="admin/approval_confirm.html",
+        title=_decision_title(spec, wait),
+        page_context=lambda: {
+            "spec": spec,
+            "task": task,
+            "wait": wait,
+            "available": approval_wait_of(task) == wait,
+            "input_json": redacted_json_block(task.input, task, limit=MAX_LIST_JSON_CHARACTERS),
+        },
+        done_url=inbox_url,
+        done_message=lambda result: DONE_MESSAGES[spec.name] % {"task": task.pk, "wait": wait},
+        return_url=inbox_url,
+    )
 
 
 def _decision_title(spec: Decision, wait: str) -> Any:

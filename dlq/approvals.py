@@ -19,14 +19,14 @@ from django.db import transaction
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from dlq.actions import ActionDenied, ActionRefused
-from dlq.audit import audit_denied, audit_record
+from dlq.actions import ActionRefused
+from dlq.audit import audit_record
 from dlq.audit_actions import APPROVAL_APPROVED, APPROVAL_REJECTED
 from dlq.audit_details import APPROVAL_DECIDED, APPROVAL_NOT_WAITING, AuditDetail, refusal_detail
-from dlq.live_actions import reason_checked
+from dlq.live_actions import operator_permitted
 from dlq.models import AuditOutcome
 from tasks.exceptions import SignalAlreadyReceived, TaskFinished, TaskNotActionable, UnknownSignal
-from tasks.lifecycle.signals import SignalResult, task_signal
+from tasks.lifecycle import SignalResult, task_signal
 from tasks.models import Task
 from tasks.selectors import approval_wait_of
 
@@ -71,10 +71,7 @@ def approval_decide(
         raise ActionRefused(f"unknown decision {decision!r}")
     name = actor.get_username()
     target = {"action": spec.audit_action, "target_type": "task", "target_id": str(task_id), "client_ip": client_ip}
-    if not actor.has_perm(DECIDE_PERMISSION):
-        audit_denied(actor=name, reason=reason, **target)
-        raise ActionDenied(gettext("you may not do this: %(action)s") % {"action": spec.label})
-    reason = reason_checked(reason)
+    reason = operator_permitted(actor, permission=DECIDE_PERMISSION, label=spec.label, reason=reason, target=target)
     refusal = None
     with transaction.atomic():
         # Locked first, so the check and the signal see the same row (task_signal locks it again, in this

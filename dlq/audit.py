@@ -22,7 +22,7 @@ from dlq.conf import console_settings
 from dlq.models import AuditEntry, AuditOutcome
 from reliability_console.refusal_log import refusal_logged
 from tasks.conf import engine_settings
-from tasks.lifecycle.retention import PurgeRun, purge_batches, retention_purge_record
+from tasks.lifecycle import PurgeRun, purge_batches, retention_purge_record
 
 logger = logging.getLogger(__name__)
 

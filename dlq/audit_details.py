@@ -30,8 +30,7 @@ from django.utils.translation import gettext_lazy as _
 from dlq.audit_actions import action_label
 from dlq.models import BulkStatus
 from tasks.exceptions import ReliabilityError
-from tasks.models import ResolutionCode, TaskState
-from tasks.models.dead_letter import resolution_label
+from tasks.models import ResolutionCode, TaskState, resolution_label
 
 # Details the console writes.
 RESOLUTION = "resolution"  # a close's resolution code

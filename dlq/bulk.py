@@ -43,7 +43,7 @@ from dlq.audit_details import BULK_ITEMS, BULK_SELF_APPROVAL, CANARY_FAILED, Aud
 from dlq.conf import console_settings
 from dlq.models import AuditOutcome, BulkOperation, BulkStatus
 from tasks.exceptions import ReliabilityError
-from tasks.lifecycle.deliveries import entry_point_deliver
+from tasks.lifecycle import entry_point_deliver
 from tasks.models import ResolutionCode
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from dlq.audit import audit_entries_purge_due
 from dlq.bulk import bulk_operations_redeliver_stale
 from dlq.conf import console_settings
 from tasks.conf import engine_settings
-from tasks.lifecycle.dead_letters import dead_letters_purge_resolved
+from tasks.lifecycle import dead_letters_purge_resolved
 from tasks.registry import Chore, chore_register
 
 

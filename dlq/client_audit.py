@@ -18,7 +18,7 @@ from dlq.audit_actions import CLIENT_CREATED, CLIENT_REVOKED, CLIENT_SECRET_ROTA
 from dlq.audit_details import refusal_detail
 from dlq.control_audit import audit_actor
 from dlq.models import AuditOutcome
-from tasks.lifecycle.clients import CREATED, REVOKED, SECRET_ROTATED, api_client_changed, api_client_refused
+from tasks.lifecycle import CREATED, REVOKED, SECRET_ROTATED, api_client_changed, api_client_refused
 
 # The entries' target type: the model's name, as a denial of its admin pages records it.
 CLIENT_TARGET = "apiclient"

@@ -17,9 +17,7 @@ from dlq.audit import audit_record
 from dlq.audit_actions import PIPELINE_LIMITS_RESET, PIPELINE_LIMITS_SET, TASK_CANCELLED
 from dlq.audit_details import CANCEL_AT_BOUNDARY, LIMIT_KEYS, LIMITS_CHANGED, NO_DETAIL, AuditDetail
 from dlq.models import AuditOutcome
-from tasks.lifecycle.cancellation import cancel_requested
-from tasks.lifecycle.controls import pipeline_control_changed
-from tasks.lifecycle.schedules import schedule_changed
+from tasks.lifecycle import cancel_requested, pipeline_control_changed, schedule_changed
 from tasks.models import TaskState
 
 # A pipeline entry's "state" before and after: the words a task state and a bulk status already have.

@@ -32,7 +32,7 @@ from dlq.conf import console_settings
 from dlq.models import AuditEntry, AuditOutcome, DLQItem
 from dlq.selectors import FailureGroup
 from tasks.conf import engine_settings
-from tasks.lifecycle.retention import TASKS_KIND
+from tasks.lifecycle import TASKS_KIND
 from tasks.models import (
     Checkpoint,
     DLQStatus,

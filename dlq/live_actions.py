@@ -13,8 +13,9 @@ not one) is a form error that writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.utils import timezone
 from django.utils.translation import gettext
@@ -31,18 +32,27 @@ from dlq.audit_actions import (
 )
 from dlq.audit_details import CANCEL_REPEATED, AuditDetail, refusal_detail
 from dlq.models import AuditOutcome
-from tasks.exceptions import ConfigurationError, PipelineControlRefused, TaskNotActionable, TaskNotCancellable
-from tasks.lifecycle.cancellation import CancelResult, task_cancel
-from tasks.lifecycle.controls import (
+from tasks.exceptions import (
+    ConfigurationError,
+    PipelineControlRefused,
+    ReliabilityError,
+    TaskNotActionable,
+    TaskNotCancellable,
+)
+from tasks.lifecycle import (
     UNCHANGED,
+    CancelResult,
     pipeline_limits_reset,
     pipeline_limits_set,
     pipeline_pause,
     pipeline_resume,
+    task_cancel,
 )
-from tasks.limits_policy import MAX_LIMIT, RateLimit, concurrency_check
 from tasks.models import CANCELLABLE_STATES, PipelineControl, Task
+from tasks.pipelines.limits import MAX_LIMIT, RateLimit, concurrency_check
 from tasks.selectors import PipelineState
+
+T = TypeVar("T")
 
 CANCEL_PERMISSION = "dlq.cancel_task"
 PAUSE_PERMISSION = "tasks.pause_pipeline"
@@ -70,6 +80,40 @@ def reason_checked(reason: str) -> str:
     return reason
 
 
+def operator_permitted(actor, *, permission: str, label: Any, reason: str, target: dict) -> str:
+    """The checked reason of an action ``actor`` (a user) may take. Without ``permission``: the denial audited
+    (``target``: the entry's action, target and address) and ``ActionDenied``; without a reason (or too long a
+    one): ``ReasonRequired``, nothing written."""
+    if not actor.has_perm(permission):
+        audit_denied(actor=actor.get_username(), reason=reason, **target)
+        raise ActionDenied(gettext("you may not do this: %(action)s") % {"action": label})
+    return reason_checked(reason)
+
+
+def engine_act(
+    actor,
+    *,
+    permission: str,
+    label: Any,
+    reason: str,
+    target: dict,
+    refusals: type[ReliabilityError],
+    act: Callable[[str], T],
+    refused_message: Any = None,
+) -> T:
+    """``act(reason)``, the one engine service an operator's action is, for ``actor`` once ``operator_permitted``;
+    a refusal of the engine's (``refusals``) audited and an ``ActionRefused`` in the reader's language
+    (``refused_message``, or the refusal's own words). A success is audited by the engine's signal, in its
+    transaction."""
+    reason = operator_permitted(actor, permission=permission, label=label, reason=reason, target=target)
+    try:
+        return act(reason)
+    except refusals as exc:
+        detail = refusal_detail(exc)
+        refusal_audited(actor.get_username(), reason, detail, **target)
+        raise ActionRefused(str(refused_message or detail.sentence()), code=exc.code, details=exc.details) from None
+
+
 # --- cancel ------------------------------------------------------------------------------
 
 
@@ -86,10 +130,9 @@ def task_cancel_by_operator(*, task_id, actor, reason: str, client_ip: str | Non
     """
     name = actor.get_username()
     target = {"action": TASK_CANCELLED, "target_type": "task", "target_id": str(task_id), "client_ip": client_ip}
-    if not actor.has_perm(CANCEL_PERMISSION):
-        audit_denied(actor=name, reason=reason, **target)
-        raise ActionDenied(gettext("you may not do this: %(action)s") % {"action": gettext("Cancel task")})
-    reason = reason_checked(reason)
+    reason = operator_permitted(
+        actor, permission=CANCEL_PERMISSION, label=gettext("Cancel task"), reason=reason, target=target
+    )
     try:
         result = task_cancel(task_id=task_id, actor=operator_actor(actor), reason=reason, client_ip=client_ip)
     except TaskNotCancellable as exc:
@@ -130,8 +173,10 @@ def refusal_audited(actor: str, reason: str, detail: AuditDetail, *, state: str 
 
 
 @dataclass(frozen=True)
-class PipelineAction:
-    name: str  # in the URL: /admin/pipelines/<pipeline>/act/<name>/
+class OperatorAction:
+    """One of the console's own actions on a page of its own (a pipeline's, a schedule's)."""
+
+    name: str  # in the URL: /admin/pipelines/<pipeline>/act/<name>/, /admin/schedules/<id>/act/<name>/
     audit_action: str  # the audit entry's action (dlq.control_audit)
     label: Any
     permission: str
@@ -140,6 +185,9 @@ class PipelineAction:
     # engine's own words (a limit it refused).
     refused: Any = None
 
+
+@dataclass(frozen=True)
+class PipelineAction(OperatorAction):
     def allows(self, state: PipelineState) -> bool:
         """Whether the pipeline's state lets this action run now (the engine checks again)."""
         paused = bool(state.control and state.control.paused)
@@ -252,24 +300,29 @@ def pipeline_act(
     spec = PIPELINE_ACTIONS.get(action)
     if spec is None:
         raise ActionRefused(f"unknown action {action!r}")
-    name = actor.get_username()
     target = {"action": spec.audit_action, "target_type": "pipeline", "target_id": pipeline, "client_ip": client_ip}
-    if not actor.has_perm(spec.permission):
-        audit_denied(actor=name, reason=reason, **target)
-        raise ActionDenied(gettext("you may not do this: %(action)s") % {"action": spec.label})
-    reason = reason_checked(reason)
-    if action == "set_limits" and limits is None:
-        raise FormInvalid(gettext("give a new limit (or choose no limit) for the concurrency, the rate or both"))
-    engine = {"pipeline": pipeline, "actor": operator_actor(actor), "reason": reason, "client_ip": client_ip}
-    try:
+
+    def act(reason: str) -> PipelineControl:
+        engine = {"pipeline": pipeline, "actor": operator_actor(actor), "reason": reason, "client_ip": client_ip}
         if action == "pause":
             return pipeline_pause(**engine)
         if action == "resume":
             return pipeline_resume(**engine)
         if action == "set_limits":
+            if limits is None:
+                raise FormInvalid(
+                    gettext("give a new limit (or choose no limit) for the concurrency, the rate or both")
+                )
             return pipeline_limits_set(**engine, max_concurrency=limits.max_concurrency, rate_limit=limits.rate_limit)
         return pipeline_limits_reset(**engine)
-    except PipelineControlRefused as exc:
-        detail = refusal_detail(exc)
-        refusal_audited(name, reason, detail, **target)
-        raise ActionRefused(str(spec.refused or detail.sentence()), code=exc.code, details=exc.details) from None
+
+    return engine_act(
+        actor,
+        permission=spec.permission,
+        label=spec.label,
+        reason=reason,
+        target=target,
+        refusals=PipelineControlRefused,
+        act=act,
+        refused_message=spec.refused,
+    )

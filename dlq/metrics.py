@@ -1,4 +1,5 @@
-"""The console's event metrics: alert transitions and notification deliveries (the engine's are in tasks.metrics).
+"""The console's event metrics: alert transitions and notification deliveries (the engine's are in
+tasks.observability.metrics).
 
 Rules and channels are labelled by id and by kind, never by name: a name is free text an operator typed
 (``<script>``, quotes, newlines), unbounded in what it may say, and it changes when renamed, splitting a series.
@@ -10,7 +11,7 @@ from __future__ import annotations
 from prometheus_client import Counter
 
 from dlq.alerting.models import AlertChannelKind, AlertEventKind
-from tasks.metrics import on_commit, safely
+from tasks.observability.metrics import on_commit, safely
 
 ALERT_EVENTS = Counter("reliability_alert_events", "Alert transitions by rule id and kind.", ["rule_id", "kind"])
 ALERT_NOTIFICATIONS = Counter(

@@ -13,10 +13,20 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 import dlq.alerting.models  # noqa: F401 (its models are this app's: importing them registers them)
-from tasks.models import DeadLetter, Task
+from tasks import models as engine_models
+
+# The engine's models this module's proxies stand on: imported from tasks.models, never from here.
+_ENGINE_MODELS = {"DeadLetter", "Task"}
 
 
-class DLQItem(DeadLetter):
+def __getattr__(name: str):
+    if name in _ENGINE_MODELS:
+        # ImportError, not AttributeError: ``from dlq.models import Task`` shows this message as it is.
+        raise ImportError(f"dlq.models does not export {name}: from tasks.models import {name}")
+    raise AttributeError(f"module 'dlq.models' has no attribute {name!r}")
+
+
+class DLQItem(engine_models.DeadLetter):
     """A dead letter as the console shows it: the operators' permissions and admin pages hang on this proxy."""
 
     class Meta:
@@ -34,7 +44,7 @@ class DLQItem(DeadLetter):
         ]
 
 
-class ConsoleTask(Task):
+class ConsoleTask(engine_models.Task):
     """A task as the console's operators act on it: the cancel and approval permissions hang on this proxy.
 
     The task pages stay on the engine's model (``/admin/tasks/task/``); the

@@ -4,7 +4,8 @@ The page is read-only for every role (``tasks.view_task``). A supervisor
 also gets its actions (``tasks.pause_pipeline``: pause, resume;
 ``tasks.limit_pipeline``: set, reset the limits), each a confirmation page on
 GET that acts on POST through ``dlq.live_actions.pipeline_act`` (one engine
-service, audited in its transaction), then a message and a redirect. A POST
+service, audited in its transaction), then a message and a redirect
+(``dlq.admin.common.action_page``, the frame of every such page). A POST
 without the permission is a 403 and an audit entry.
 """
 
@@ -12,19 +13,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import permission_required
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 
-from dlq.actions import MAX_REASON_LENGTH, ActionDenied, ActionRefused, ReasonRequired
-from dlq.admin.common import client_ip, deny
+from dlq.admin.common import action_page, client_ip, deny
 from dlq.live_actions import PIPELINE_ACTIONS, PipelineAction, limits_form_parse, pipeline_act
 from tasks.models import PipelineControl, TaskHold
 from tasks.selectors import PipelineState, control_gate, pipeline_state, pipeline_states
@@ -120,33 +119,22 @@ def pipeline_action_page(request: HttpRequest, pipeline: str, action: str) -> Ht
     if state is None:
         raise Http404("no such pipeline")
     page_url = f"{reverse('pipelines')}#pipeline-{state.name}"
-    error = ""
-    if request.method == "POST":
-        try:
-            control = _act(request, spec, state)
-        except ActionDenied:
-            raise PermissionDenied from None
-        except ReasonRequired as exc:  # and FormInvalid: shown on the form, nothing written
-            error = exc.message
-        except ActionRefused as exc:
-            messages.error(request, _("Not done: %(why)s") % {"why": exc.message})
-            return HttpResponseRedirect(page_url)
-        else:
-            messages.success(request, _done_message(spec, control))
-            return HttpResponseRedirect(page_url)
-    context = {
-        **admin.site.each_context(request),
-        "title": _("%(action)s: pipeline %(pipeline)s") % {"action": spec.label, "pipeline": state.name},
-        "spec": spec,
-        "row": _row(state, request.user),
-        "available": spec.allows(state),
-        "error": error,
-        "reason": request.POST.get("reason", "")[:MAX_REASON_LENGTH],
-        "form": {key: request.POST.get(key, "")[:LIMIT_FIELD_LENGTH] for key in ("max_concurrency", "rate_limit")},
-        "no_limit": {key: bool(request.POST.get(key)) for key in ("no_concurrency_limit", "no_rate_limit")},
-        "cancel_url": page_url,
-    }
-    return TemplateResponse(request, "admin/pipeline_confirm.html", context, status=400 if error else 200)
+    return action_page(
+        request,
+        lambda: _act(request, spec, state),
+        template="admin/pipeline_confirm.html",
+        title=_("%(action)s: pipeline %(pipeline)s") % {"action": spec.label, "pipeline": state.name},
+        page_context=lambda: {
+            "spec": spec,
+            "row": _row(state, request.user),
+            "available": spec.allows(state),
+            "form": {key: request.POST.get(key, "")[:LIMIT_FIELD_LENGTH] for key in ("max_concurrency", "rate_limit")},
+            "no_limit": {key: bool(request.POST.get(key)) for key in ("no_concurrency_limit", "no_rate_limit")},
+        },
+        done_url=page_url,
+        done_message=lambda control: _done_message(spec, control),
+        return_url=page_url,
+    )
 
 
 def _act(request: HttpRequest, spec: PipelineAction, state: PipelineState) -> PipelineControl:

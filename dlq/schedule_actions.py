@@ -17,13 +17,11 @@ from typing import Any
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from dlq.actions import ActionDenied, ActionRefused
-from dlq.audit import audit_denied
+from dlq.actions import ActionRefused
 from dlq.audit_actions import SCHEDULE_ADDED, SCHEDULE_CHANGED, SCHEDULE_PAUSED, SCHEDULE_RESUMED
-from dlq.audit_details import refusal_detail
-from dlq.live_actions import FormInvalid, operator_actor, reason_checked, refusal_audited
+from dlq.live_actions import FormInvalid, OperatorAction, engine_act, operator_actor
 from tasks.exceptions import ScheduleRefused
-from tasks.lifecycle.schedules import schedule_add, schedule_change, schedule_pause, schedule_resume
+from tasks.lifecycle import schedule_add, schedule_change, schedule_pause, schedule_resume
 from tasks.models import PipelineSchedule
 
 ADD_PERMISSION = "tasks.add_pipelineschedule"
@@ -31,13 +29,8 @@ CHANGE_PERMISSION = "tasks.change_pipelineschedule"
 PAUSE_PERMISSION = "tasks.pause_pipelineschedule"
 
 
-@dataclass(frozen=True)
-class ScheduleAction:
-    name: str  # in the URL: /admin/schedules/<id>/act/<name>/
-    audit_action: str
-    label: Any
-    permission: str
-    help: Any
+# A schedule's actions are the console's own kind (``dlq.live_actions.OperatorAction``).
+ScheduleAction = OperatorAction
 
 
 SCHEDULE_ACTIONS: dict[str, ScheduleAction] = {
@@ -128,15 +121,11 @@ def schedule_act(
         audit_action, permission, label = spec.audit_action, spec.permission, spec.label
     else:
         raise ActionRefused(f"unknown action {action!r}")
-    username = actor.get_username()
     target_id = schedule.name if schedule is not None else name
     target = {"action": audit_action, "target_type": "schedule", "target_id": target_id, "client_ip": client_ip}
-    if not actor.has_perm(permission):
-        audit_denied(actor=username, reason=reason, **target)
-        raise ActionDenied(gettext("you may not do this: %(action)s") % {"action": label})
-    reason = reason_checked(reason)
-    engine = {"actor": operator_actor(actor), "reason": reason, "client_ip": client_ip}
-    try:
+
+    def act(reason: str) -> PipelineSchedule:
+        engine = {"actor": operator_actor(actor), "reason": reason, "client_ip": client_ip}
         if action == "add":
             return schedule_add(name=name.strip(), **form.as_kwargs(), **engine)
         if action == "change":
@@ -144,7 +133,7 @@ def schedule_act(
         if action == "pause":
             return schedule_pause(schedule_id=schedule.pk, **engine)
         return schedule_resume(schedule_id=schedule.pk, **engine)
-    except ScheduleRefused as exc:
-        detail = refusal_detail(exc)
-        refusal_audited(username, reason, detail, **target)
-        raise ActionRefused(str(exc), code=exc.code, details=exc.details) from None
+
+    return engine_act(
+        actor, permission=permission, label=label, reason=reason, target=target, refusals=ScheduleRefused, act=act
+    )

@@ -3,7 +3,8 @@ that add, change, pause and resume one.
 
 The page is read-only for every role (``tasks.view_pipelineschedule``). A supervisor also gets its actions, each
 a page on GET that acts on POST through ``dlq.schedule_actions.schedule_act`` (one engine service, audited in its
-transaction), then a message and a redirect. A POST without the permission is a 403 and an audit entry.
+transaction), then a message and a redirect (``dlq.admin.common.action_page``, the frame of every such page). A
+POST without the permission is a 403 and an audit entry.
 """
 
 from __future__ import annotations
@@ -11,19 +12,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.decorators import permission_required
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 
-from dlq.actions import MAX_REASON_LENGTH, ActionDenied, ActionRefused, ReasonRequired
-from dlq.admin.common import client_ip, deny
+from dlq.admin.common import action_page, client_ip, deny
 from dlq.audit_actions import SCHEDULE_ADDED, SCHEDULE_CHANGED
 from dlq.schedule_actions import (
     ADD_PERMISSION,
@@ -33,8 +32,8 @@ from dlq.schedule_actions import (
     schedule_form_parse,
 )
 from tasks import registry
-from tasks.lifecycle.schedules import declared_schedules, schedule_of
 from tasks.models import PipelineSchedule, ScheduleRun, ScheduleSource, Task
+from tasks.selectors import declared_schedules, schedule_of
 
 # The last runs shown per schedule.
 RUNS_SHOWN = 5
@@ -125,22 +124,16 @@ def schedule_action_page(request: HttpRequest, schedule_id: int, action: str) ->
     schedule = get_object_or_404(PipelineSchedule, pk=schedule_id)
     if not request.user.has_perm(spec.permission):
         deny(request, action=spec.audit_action, target_type="schedule", target_id=schedule.name)
-    error = ""
-    if request.method == "POST":
-        response, error = _post(request, action, schedule, reason=request.POST.get("reason", ""))
-        if response is not None:
-            return response
-    context = {
-        **admin.site.each_context(request),
-        "title": _("%(action)s: schedule %(name)s") % {"action": spec.label, "name": schedule.name},
-        "spec": spec,
-        "schedule": schedule,
-        "definition": _definition(schedule),
-        "error": error,
-        "reason": request.POST.get("reason", "")[:MAX_REASON_LENGTH],
-        "cancel_url": reverse("schedules"),
-    }
-    return TemplateResponse(request, "admin/schedule_confirm.html", context, status=400 if error else 200)
+    return action_page(
+        request,
+        lambda: _act(request, action, schedule),
+        template="admin/schedule_confirm.html",
+        title=_("%(action)s: schedule %(name)s") % {"action": spec.label, "name": schedule.name},
+        page_context=lambda: {"spec": spec, "schedule": schedule, "definition": _definition(schedule)},
+        done_url=_done_url,
+        done_message=lambda done: _done_message(action, done),
+        return_url=reverse("schedules"),
+    )
 
 
 @staff_member_required
@@ -157,25 +150,20 @@ def schedule_edit_page(request: HttpRequest, schedule_id: int | None = None) -> 
         deny(request, action=audit_action, target_type="schedule", target_id=target)
     if schedule is not None and schedule.source == ScheduleSource.CODE:
         raise Http404("a schedule declared in code is changed in its code")
-    error = ""
     form = {field: request.POST.get(field, "")[:FIELD_MAX_LENGTH] for field in FORM_FIELDS}
-    if request.method == "POST":
-        response, error = _post(request, action, schedule, reason=request.POST.get("reason", ""), form=form)
-        if response is not None:
-            return response
-    elif schedule is not None:
+    if request.method != "POST" and schedule is not None:
         form = _form_of(schedule)
-    context = {
-        **admin.site.each_context(request),
-        "title": _("Add schedule") if schedule is None else _("Change schedule %(name)s") % {"name": schedule.name},
-        "schedule": schedule,
-        "form": form,
-        "pipelines": registry.names(),
-        "error": error,
-        "reason": request.POST.get("reason", "")[:MAX_REASON_LENGTH],
-        "cancel_url": reverse("schedules"),
-    }
-    return TemplateResponse(request, "admin/schedule_form.html", context, status=400 if error else 200)
+    return action_page(
+        request,
+        lambda: _act(request, action, schedule, form=form),
+        template="admin/schedule_form.html",
+        title=_("Add schedule") if schedule is None else _("Change schedule %(name)s") % {"name": schedule.name},
+        page_context=lambda: {"schedule": schedule, "form": form, "pipelines": registry.names()},
+        done_url=_done_url,
+        done_message=lambda done: _done_message(action, done),
+        return_url=reverse("schedules"),
+        refusal_on_form=True,  # what was typed stays, with the refusal on it
+    )
 
 
 def _form_of(schedule: PipelineSchedule) -> dict[str, str]:
@@ -191,41 +179,33 @@ def _form_of(schedule: PipelineSchedule) -> dict[str, str]:
     }
 
 
-def _post(
-    request: HttpRequest, action: str, schedule: PipelineSchedule | None, *, reason: str, form: dict | None = None
-) -> tuple[HttpResponse | None, str]:
-    """(the redirect after acting, None) or (None, the form's error)."""
-    page_url = reverse("schedules")
-    try:
-        parsed = None
-        if form is not None:
-            parsed = schedule_form_parse(
-                pipeline=form["pipeline"],
-                cron=form["cron"],
-                every_seconds=form["every_seconds"],
-                timezone_name=form["timezone"],
-                input_json=form["input"],
-                overlap=form["overlap"],
-                catch_up=form["catch_up_seconds"],
-            )
-        done = schedule_act(
-            schedule=schedule,
-            action=action,
-            actor=request.user,
-            reason=reason,
-            form=parsed,
-            name=(form or {}).get("name", ""),
-            client_ip=client_ip(request),
+def _act(request: HttpRequest, action: str, schedule: PipelineSchedule | None, *, form: dict | None = None):
+    parsed = None
+    if form is not None:
+        parsed = schedule_form_parse(
+            pipeline=form["pipeline"],
+            cron=form["cron"],
+            every_seconds=form["every_seconds"],
+            timezone_name=form["timezone"],
+            input_json=form["input"],
+            overlap=form["overlap"],
+            catch_up=form["catch_up_seconds"],
         )
-    except ActionDenied:
-        raise PermissionDenied from None
-    except ReasonRequired as exc:  # and FormInvalid: shown on the form, nothing written
-        return None, exc.message
-    except ActionRefused as exc:
-        if form is not None:
-            return None, _("Not done: %(why)s") % {"why": exc.message}
-        messages.error(request, _("Not done: %(why)s") % {"why": exc.message})
-        return HttpResponseRedirect(page_url), ""
+    return schedule_act(
+        schedule=schedule,
+        action=action,
+        actor=request.user,
+        reason=request.POST.get("reason", ""),
+        form=parsed,
+        name=(form or {}).get("name", ""),
+        client_ip=client_ip(request),
+    )
+
+
+def _done_url(done: PipelineSchedule) -> str:
+    return f"{reverse('schedules')}#schedule-{done.pk}"
+
+
+def _done_message(action: str, done: PipelineSchedule) -> str:
     next_slot = f"{done.next_slot_at:%Y-%m-%d %H:%M:%S} UTC" if done.next_slot_at else "-"
-    messages.success(request, DONE_MESSAGES[action] % {"name": done.name, "next": next_slot})
-    return HttpResponseRedirect(f"{page_url}#schedule-{done.pk}"), ""
+    return DONE_MESSAGES[action] % {"name": done.name, "next": next_slot}

@@ -1,9 +1,11 @@
 """The project's log formatters for structured events: ``event=task_claimed task_id=… step=…`` (the default), or
 one JSON object per line (``RELIABILITY_LOG_FORMAT=json``, for log shippers).
 
-Both write the same fields: what a line passed in ``extra`` and, inside a step's attempt, the attempt's
-``task_id``, ``pipeline``, ``step`` and ``attempt`` (``tasks.log_context.AttemptFieldsFilter`` adds them on the
-handler). Both take the credentials out of every URL's query string.
+Both write the same fields: what a line passed in ``extra`` (every engine line about a task passes its
+``task_id``, ``pipeline``, ``step`` name, ``step_index``, ``attempt`` and, with tracing on, ``trace_id``:
+``tasks.observability.log_fields.task_fields``) and, inside a step's attempt, the attempt's fields on every other
+line too (``tasks.observability.log_fields.AttemptFieldsFilter`` adds them on the handler). Both take the
+credentials out of every URL's query string.
 """
 
 from __future__ import annotations

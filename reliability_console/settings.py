@@ -175,8 +175,8 @@ RQ_QUEUES = {
     for name in RELIABILITY_QUEUES
 }
 RQ = {
-    "WORKER_CLASS": env.str("RELIABILITY_WORKER_CLASS", "tasks.worker.ReliabilityWorker"),
-    "JOB_CLASS": "tasks.worker.ReliabilityJob",
+    "WORKER_CLASS": env.str("RELIABILITY_WORKER_CLASS", "tasks.delivery.worker.ReliabilityWorker"),
+    "JOB_CLASS": "tasks.delivery.worker.ReliabilityJob",
     "COMMIT_MODE": "auto",
 }
 # django-rq registers its views inside the admin (/admin/django_rq/…) when this is on; they let any staff user
@@ -217,7 +217,7 @@ RELIABILITY_DATABASE_STORED_FUNCTIONS = env.bool("RELIABILITY_DATABASE_STORED_FU
 # Django refuses bodies past this before our own 413 check could answer.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(RELIABILITY_MAX_REQUEST_BYTES * 2, 2621440)
 
-# --- Completion callbacks (tasks.callbacks) -------------------------------------------
+# --- Completion callbacks (tasks.outbound.callback_events) -------------------------------------------
 # Hosts a submission's callback_url may name ("host" for any port, "host:port" for one);
 # empty turns callbacks off. Our servers never send a request to any other host.
 RELIABILITY_CALLBACK_ALLOWED_HOSTS = validate_callback_hosts(
@@ -325,14 +325,16 @@ if LOG_LEVEL not in LOG_LEVELS:
     raise ImproperlyConfigured(f"RELIABILITY_LOG_LEVEL={LOG_LEVEL!r} is not a log level")
 # "text": event=… task_id=… key=value lines; "json": one JSON object per line, for log shippers.
 LOG_FORMAT = validate_choice("RELIABILITY_LOG_FORMAT", env.str("RELIABILITY_LOG_FORMAT", "text").lower(), LOG_FORMATS)
-# What each step attempt keeps of what it logged (tasks.attempt_log): its first lines and bytes, the rest counted.
+# What each step attempt keeps of what it logged (tasks.observability.attempt_log): its first lines and bytes, the rest
+# counted.
 RELIABILITY_ATTEMPT_LOG_LINES = env.integer("RELIABILITY_ATTEMPT_LOG_LINES", 200, minimum=0, maximum=10000)
 RELIABILITY_ATTEMPT_LOG_BYTES = env.integer("RELIABILITY_ATTEMPT_LOG_BYTES", 65536, minimum=1024, maximum=1048576)
 RELIABILITY_ATTEMPT_LOG_LEVEL = validate_choice(
     "RELIABILITY_ATTEMPT_LOG_LEVEL", env.str("RELIABILITY_ATTEMPT_LOG_LEVEL", "INFO").upper(), LOG_LEVELS
 )
-# Traces (tasks.tracing): with the otel extra installed, every process (web, workers, sweeper) reports OpenTelemetry
-# spans, configured by the standard OTEL_* variables (exporter, endpoint, service name, sampler); the console's task
+# Traces (tasks.observability.tracing): with the otel extra installed, every process (web, workers, sweeper) reports
+# OpenTelemetry spans, configured by the standard OTEL_* variables (exporter, endpoint, service name, sampler); the
+# console's task
 # page links to the trace through RELIABILITY_TRACE_URL (a URL with {trace_id}, e.g. Jaeger's /trace/{trace_id}).
 RELIABILITY_TRACING = env.bool("RELIABILITY_TRACING", False)
 RELIABILITY_TRACE_URL = validate_trace_url("RELIABILITY_TRACE_URL", env.str("RELIABILITY_TRACE_URL"))
@@ -346,8 +348,9 @@ LOGGING = {
     "filters": {
         # A refused request is one line (the audit's), not a warning with a traceback (reliability_console.refusal_log).
         "refusals": {"()": "reliability_console.refusal_log.RefusalFilter"},
-        # Inside a step's attempt, every line carries task_id, pipeline, step and attempt (tasks.log_context).
-        "attempt_fields": {"()": "tasks.log_context.AttemptFieldsFilter"},
+        # Inside a step's attempt, every line carries task_id, pipeline, step and attempt
+        # (tasks.observability.log_fields).
+        "attempt_fields": {"()": "tasks.observability.log_fields.AttemptFieldsFilter"},
     },
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["attempt_fields"]},

@@ -1,7 +1,7 @@
 """What an attempt's log costs a step (issue 24, point 3): a step logging 10,000 lines, and a step logging none.
 
 In one process with the standalone project's logging (its console handler writing to a file, as a worker's
-standard error would), the same step function runs through ``tasks.attempts.attempt_run``:
+standard error would), the same step function runs through ``tasks.execution.attempts.attempt_run``:
 
 - with the capture (the default: 200 lines and 64 KB kept, the rest counted);
 - without it: the capture handler taken off the root logger, so every record goes only to the console handler.
@@ -39,9 +39,9 @@ def main() -> None:
     import django
 
     django.setup()
-    from tasks import attempt_log, log_context
-    from tasks.attempts import attempt_run
-    from tasks.context import StepContext
+    from tasks.execution.attempts import attempt_run
+    from tasks.execution.context import StepContext
+    from tasks.observability import attempt_log, log_fields
 
     # The worker's log goes to a file here, not to this terminal.
     sink = tempfile.TemporaryFile("w")
@@ -73,7 +73,7 @@ def main() -> None:
         result = attempt_run(function, ctx, kind="step", step_index=0, worker="bench", timeout=600)
         return time.perf_counter() - started, result.record
 
-    import tasks.attempts as attempts_module
+    import tasks.execution.attempts as attempts_module
 
     root = logging.getLogger()
     install = attempts_module.capture_installed
@@ -112,12 +112,12 @@ def main() -> None:
     for _ in range(count):
         once(quiet)
     per_attempt = (time.perf_counter() - started) / count
-    scope = log_context.AttemptScope(task_id=uuid.uuid4(), pipeline="bench", step="quiet", attempt=1, kind="step")
+    scope = log_fields.AttemptScope(task_id=uuid.uuid4(), pipeline="bench", step="quiet", attempt=1, kind="step")
     started = time.perf_counter()
     for _ in range(count):
         attempt_log.capture_installed()
-        token = log_context.current_attempt.set(scope)
-        log_context.current_attempt.reset(token)
+        token = log_fields.current_attempt.set(scope)
+        log_fields.current_attempt.reset(token)
     scope_cost = (time.perf_counter() - started) / count
     print(f"a step logging nothing: attempt_run {per_attempt * 1e6:.1f} µs, the log's part {scope_cost * 1e6:.2f} µs")
 

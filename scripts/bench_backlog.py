@@ -5,8 +5,8 @@ database 14 (flushed before and after): for each size (0, then ``--tasks``), a c
 settings makes that many QUEUED ``bench_noop_1`` tasks with their jobs waiting in the queue (``devtools.backlog``:
 set-based, as deliveries leave them), the newest one second past the redelivery grace, the fifth oldest without
 its job (lost). It runs ``ANALYZE`` (as autovacuum would after such an insert), then times ``--sweeps`` calls of
-``tasks.sweeper.sweep_once()`` back to back, as the sweeper makes them: the first re-delivers the lost job, every
-one checks every queued task against Redis. No worker runs, so the backlog stays as deep.
+``tasks.delivery.sweeper.sweep_once()`` back to back, as the sweeper makes them: the first re-delivers the lost job,
+every one checks every queued task against Redis. No worker runs, so the backlog stays as deep.
 
 It is a benchmark, not a test: the floors (the lost job delivered again by the first sweep; the median sweep at
 the full backlog within half the default sweep interval, 2.5 s) are reported, never enforced. ``run(...)``
@@ -155,8 +155,8 @@ def child(tasks: int, sweeps: int) -> list[dict]:
     from django.db import connection
 
     from devtools.backlog import backlog_create
-    from tasks.delivery import delivery_pending
-    from tasks.sweeper import sweep_once
+    from tasks.delivery.enqueue import delivery_pending
+    from tasks.delivery.sweeper import sweep_once
 
     measured = []
     age = timedelta(seconds=settings.RELIABILITY_REDELIVERY_GRACE_SECONDS + 1)

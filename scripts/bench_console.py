@@ -195,6 +195,10 @@ def _bench_pages(url: str) -> list[tuple[str, str]]:
         ("task list, by order_id", f"/admin/tasks/task/?q=order_id:{order}"),
         ("DLQ list, by customer_id", f"/admin/dlq/dlqitem/?q=customer_id:{customer}"),
         ("dashboard", "/admin/dashboard/"),
+        ("pipelines", "/admin/pipelines/"),
+        ("queues", "/admin/queues/"),
+        ("schedules", "/admin/schedules/"),
+        ("approval inbox", "/admin/approvals/"),
     ]
 
 

@@ -64,6 +64,7 @@ from bench_processes import (
     DEFAULT_REDIS_URL,
     DEFAULT_SERVER_URL,
     ENGINE_QUEUE,
+    ROOT,
     SCRIPTS,
     WORKER_ARGV,
     WORKER_START_TIMEOUT,
@@ -297,12 +298,14 @@ def bench_engine(
     *,
     in_batches: bool = False,
     clock: ProcessClock | None = None,
+    root: Path = ROOT,
     **settings: str,
 ) -> float:
     """Tasks/s of ``pipeline`` run by ``processes`` ``manage.py rqworker`` processes with ``settings`` in their env.
 
     ``in_batches``: the tasks are submitted with ``task_submit_many`` (delivered several per RQ job). ``clock``:
-    what the drain cost each process (``bench_sched``).
+    what the drain cost each process (``bench_sched``). ``root``: the tree of the project whose code submits and
+    runs them (``scripts/bench_compare.py``: an earlier commit's, beside this one's).
     """
     env = project_env(url, redis_url, **settings)
     connection = redis_connection(redis_url)
@@ -314,13 +317,13 @@ def bench_engine(
             with database.cursor() as cursor:
                 cursor.execute("SELECT now()")
                 (since,) = cursor.fetchone()
-                submit_tasks(env, pipeline, tasks, batch, in_batches=in_batches)
+                submit_tasks(env, pipeline, tasks, batch, in_batches=in_batches, root=root)
                 log_path = log_dir / "engine-workers.log"
                 seconds = _drain(
                     connection,
                     ENGINE_QUEUE,
                     tasks,
-                    lambda: ManagedProcesses(WORKER_ARGV, processes, env, log_path),
+                    lambda: ManagedProcesses(WORKER_ARGV, processes, env, log_path, cwd=root),
                     lambda: count_succeeded(cursor, pipeline, batch, since),
                     lambda: last_finished(cursor, pipeline, batch, since),
                     poll=ENGINE_POLL_SECONDS,

@@ -181,9 +181,9 @@ def child(tasks: int, critical: int, workers: int, log_path: Path) -> dict:
 
     from devtools.backlog import backlog_create
     from tasks.bench_pipelines import BENCH_BULK_STEP_SECONDS
-    from tasks.delivery import get_queue, redis_client
+    from tasks.delivery.enqueue import get_queue, redis_client
     from tasks.models import StepAttempt, Task
-    from tasks.submission import task_submit
+    from tasks.submission.submit import task_submit
 
     backlog_create(count=tasks, pipeline=BULK_PIPELINE, age=timedelta(0))
     bulk_queue = get_queue("bulk")

@@ -101,10 +101,11 @@ def project_env(url: str, redis_url: str, **settings: str) -> dict:
     }
 
 
-def run_command(argv: list[str], env: dict, what: str, *, stream: bool = False) -> str:
-    """Run ``argv`` in the project root; its output (with ``stream``, its output goes to the terminal instead)."""
+def run_command(argv: list[str], env: dict, what: str, *, stream: bool = False, cwd: Path = ROOT) -> str:
+    """Run ``argv`` in the project root (or ``cwd``: another tree of the project, ``scripts/bench_compare.py``'s);
+    its output (with ``stream``, its output goes to the terminal instead)."""
     stdout = None if stream else subprocess.PIPE
-    result = subprocess.run(argv, env=env, cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, text=True)
+    result = subprocess.run(argv, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, text=True)
     if result.returncode != 0:
         raise BenchError(f"{what} failed:\n{result.stderr.strip()[-3000:]}")
     return result.stdout or ""
@@ -133,8 +134,11 @@ def create_migrated_database(server_url: str, name: str, env: dict) -> str:
 class ManagedProcesses:
     """Processes of one command line in their own process groups, logging to one file; stopped by their PIDs."""
 
-    def __init__(self, argv: list[str], count: int, env: dict, log_path: Path, what: str = "a worker") -> None:
+    def __init__(
+        self, argv: list[str], count: int, env: dict, log_path: Path, what: str = "a worker", *, cwd: Path = ROOT
+    ) -> None:
         self.argv = argv
+        self.cwd = cwd  # the tree whose manage.py and packages the processes run (the script's directory first)
         self.env = env
         self.log_path = log_path
         self.what = what
@@ -146,7 +150,7 @@ class ManagedProcesses:
     def start_one(self) -> subprocess.Popen:
         with open(self.log_path, "ab") as log:
             process = subprocess.Popen(
-                self.argv, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, process_group=0
+                self.argv, env=self.env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT, process_group=0
             )
         self.processes.append(process)
         return process
@@ -233,14 +237,19 @@ class QueueHold:
         self.connection.rename(self.held, self.key)
 
 
-def submit_tasks(env: dict, pipeline: str, count: int, batch: str, *, in_batches: bool = False) -> None:
+def submit_tasks(
+    env: dict, pipeline: str, count: int, batch: str, *, in_batches: bool = False, root: Path = ROOT
+) -> None:
     """Submit ``count`` tasks of ``pipeline`` with input ``{"batch": batch, "n": index}``, in a child process.
 
     ``in_batches``: through ``task_submit_many``, 1,000 per call (delivered several per job), instead of one
-    ``task_submit`` each.
+    ``task_submit`` each. ``root``: the tree whose code submits them (its own copy of this script).
     """
     mode = "--submit-batches" if in_batches else "--submit"
-    run_command([sys.executable, __file__, mode, pipeline, str(count), batch], env, f"submitting {pipeline}")
+    script = root / "scripts" / Path(__file__).name
+    run_command(
+        [sys.executable, str(script), mode, pipeline, str(count), batch], env, f"submitting {pipeline}", cwd=root
+    )
 
 
 # The tasks ``submit_tasks`` submitted as a batch. With ``since`` (a database time before the batch was submitted)

@@ -1,9 +1,11 @@
 """What traces cost a worker (issue 24, point 1): a 10-step task run in-process with tracing off and on.
 
 In one process, ``bench_noop_10`` tasks are submitted (not timed) and then each run to its end by
-``tasks.runner.task_run`` (timed: the claim, 10 steps and their writes, the finish), as a worker's job runs them:
+``tasks.execution.runner.task_run`` (timed: the claim, 10 steps and their writes, the finish), as a worker's job runs
+them:
 
-- ``off``: tracing off (``tasks.tracing.active`` None), the hot path's one check of it per run and attempt;
+- ``off``: tracing off (``tasks.observability.tracing.active`` None), the hot path's one check of it per run and
+  attempt;
 - ``on``: tracing on, every span (a run, 10 attempts) batched to an OTLP/HTTP exporter that sends them to a
   receiver in another process on 127.0.0.1 (so the export's own threads and requests are counted here).
 
@@ -73,10 +75,10 @@ def main() -> None:
 
     django.setup()
     import tasks
-    from tasks.attempts import attempt_run
-    from tasks.context import StepContext
-    from tasks.runner import task_run
-    from tasks.submission import task_submit
+    from tasks.execution.attempts import attempt_run
+    from tasks.execution.context import StepContext
+    from tasks.execution.runner import task_run
+    from tasks.submission.submit import task_submit
 
     print(f"code timed: {Path(tasks.__file__).resolve().parent.parent}")
     tracers = {"off": None}
@@ -87,8 +89,8 @@ def main() -> None:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        from tasks import tracing
-        from tasks.tracing_otel import OtelTracing
+        from tasks.observability import tracing
+        from tasks.observability.otel import OtelTracing
 
         here, there = multiprocessing.Pipe()
         receiver = multiprocessing.Process(target=_receive, args=(there,), daemon=True)

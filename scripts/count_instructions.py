@@ -11,8 +11,11 @@ callgrind. The same worker with nothing to do is counted first, and the differen
 job's count: its dequeue, RQ's bookkeeping, the claim and the steps, in the worker process only (PostgreSQL's
 and Redis's own work is not counted). Python files are compiled before either run, so neither pays for that.
 
-Run: ``.venv/bin/python scripts/count_instructions.py [--steps 10] [--tasks 60]`` (about a minute and a half
-for the defaults; valgrind runs the worker about 50 times slower).
+Run: ``.venv/bin/python scripts/count_instructions.py [--steps 10] [--tasks 60] [--batch]`` (about a minute and
+a half for the defaults; valgrind runs the worker about 50 times slower). ``--batch`` submits them with
+``task_submit_many`` (delivered several per job, as ``make bench``'s batch figure) and gives a task's share.
+Run from another tree of the project (``var/bench/trees/<commit>/``, made by ``scripts/bench_compare.py``), it
+counts that commit's code: a change's cost in instructions, before and after.
 """
 
 from __future__ import annotations
@@ -64,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, choices=sorted(PIPELINES), default=10, help="steps per task (default 10)")
     parser.add_argument("--tasks", type=int, default=60, help="tasks drained (default 60)")
+    parser.add_argument(
+        "--batch",
+        action="store_true",
+        help="submit them with task_submit_many (several per job, as make bench's batch figure): a task's share",
+    )
     parser.add_argument("--server-url", default=DEFAULT_SERVER_URL)
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL)
     parser.add_argument("--database", default="rc_instructions")
@@ -83,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             compileall.compile_dir(str(ROOT / package), quiet=1)
         with tempfile.TemporaryDirectory(prefix="rc-instructions-") as directory:
             empty = count(env, Path(directory), "empty")
-            submit_tasks(env, PIPELINES[options.steps], options.tasks, uuid.uuid4().hex)
+            submit_tasks(env, PIPELINES[options.steps], options.tasks, uuid.uuid4().hex, in_batches=options.batch)
             drained = count(env, Path(directory), "drained")
         if redis.llen("rq:queue:default"):
             raise BenchError("the worker left jobs in the queue")
@@ -92,9 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         redis.close()
         drop_database(options.server_url, options.database)
     per_job = (drained - empty) / options.tasks
+    what = "task, batch-submitted" if options.batch else "task's job"
     print(
-        f"instructions: {per_job / 1e6:.2f} M per {options.steps}-step task's job "
-        f"({options.tasks} jobs; the worker with nothing to do {empty / 1e6:,.1f} M, with them {drained / 1e6:,.1f} M)"
+        f"instructions: {per_job / 1e6:.2f} M per {options.steps}-step {what} ({options.tasks} tasks; the worker "
+        f"with nothing to do {empty / 1e6:,.1f} M, with them {drained / 1e6:,.1f} M)"
     )
     return 0
 

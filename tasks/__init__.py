@@ -7,25 +7,30 @@ What a project that uses the engine imports, from here::
 Each name is loaded on first use (PEP 562), so importing ``tasks`` loads no model before Django's apps are
 ready (``INSTALLED_APPS`` names this package). Everything else is the engine's own: the write door
 (``tasks.lifecycle``), reads (``tasks.selectors``), models (``tasks.models``), the pipeline registry
-(``tasks.registry``).
+(``tasks.registry``), and the packages that group the rest: declaring pipelines (``tasks.pipelines``), running
+steps (``tasks.execution``), delivery and workers (``tasks.delivery``), submission (``tasks.submission``),
+outbound HTTP and callbacks (``tasks.outbound``), logs, traces and metrics (``tasks.observability``).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tasks import moved
+from tasks.exports import lazy_exports
+
+# An old module path (tasks.runner, tasks.worker, ...) fails with its new one (tasks.moved).
+moved.finder_install()
 
 # name -> the module that defines it.
 _PUBLIC = {
-    "Pipeline": "tasks.pipelines",
-    "FailurePolicy": "tasks.pipelines",
-    "Schedule": "tasks.schedules",
-    "RetryPolicy": "tasks.retry",
-    "StepContext": "tasks.context",
-    "task_submit": "tasks.submission",
-    "task_submit_many": "tasks.batches",
-    "BatchItem": "tasks.batches",
-    "BatchOutcome": "tasks.batches",
+    "Pipeline": "tasks.pipelines.pipeline",
+    "FailurePolicy": "tasks.pipelines.pipeline",
+    "Schedule": "tasks.pipelines.schedules",
+    "RetryPolicy": "tasks.pipelines.retry",
+    "StepContext": "tasks.execution.context",
+    "task_submit": "tasks.submission.submit",
+    "task_submit_many": "tasks.submission.batches",
+    "BatchItem": "tasks.submission.batches",
+    "BatchOutcome": "tasks.submission.batches",
     "task_cancel": "tasks.lifecycle.cancellation",
     "task_signal": "tasks.lifecycle.signals",
     "ReliabilityError": "tasks.exceptions",
@@ -50,14 +55,4 @@ _PUBLIC = {
 __all__ = sorted(_PUBLIC)
 
 
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tasks' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_PUBLIC])
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, globals())

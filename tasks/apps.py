@@ -11,9 +11,11 @@ class TasksConfig(AppConfig):
         # process and in every worker alike: a worker runs only what is registered.
         from django.conf import settings
 
-        from tasks import callback_pipeline, checks, registry, tracing  # noqa: F401 (checks: registers the system checks)
+        from tasks import checks, registry  # noqa: F401 (checks: registers the system checks)
         from tasks.conf import engine_settings
         from tasks.lifecycle.retention import finished_tasks_purge_due
+        from tasks.observability import tracing
+        from tasks.outbound import callback_sending
 
         registry.load_pipeline_modules()
         # Django's Tasks framework run by the engine (tasks.backends): its pipelines, in every process.
@@ -28,8 +30,9 @@ class TasksConfig(AppConfig):
 
             configured_backends_load(ours)
         # The engine's own pipeline (completion callbacks), in every process like the console's.
-        callback_pipeline.register()
-        # Traces (tasks.tracing): on in this process when RELIABILITY_TRACING asks and the SDK is installed.
+        callback_sending.register()
+        # Traces (tasks.observability.tracing): on in this process when RELIABILITY_TRACING asks and the SDK is
+        # installed.
         tracing.tracing_configure()
         # The engine's own interval chore: the retention purge of finished tasks.
         registry.chore_register(

@@ -8,7 +8,7 @@ Each ``@task`` call becomes an engine task of a one-step pipeline (retries of
 transient errors with backoff, a timeout, a deadline, a dead letter and the
 console for what fails). A backend has one such pipeline per engine queue,
 ``django_task_<alias>_<queue>``, because the queue of a task's jobs is its
-pipeline's (``tasks.queues``): ``priority`` picks the pipeline. The step
+pipeline's (``tasks.delivery.queues``): ``priority`` picks the pipeline. The step
 imports the function by its module path and runs it only when it is an
 ``@task`` of this backend: workers run registered code only, and the path
 comes from a row anyone with a client token could have submitted.
@@ -46,12 +46,13 @@ except ImportError:  # Django 5.2 with the backport
     from django_tasks.utils import normalize_json
 
 from tasks import registry
+from tasks.delivery.queues import default_queue, queue_names
 from tasks.exceptions import ConfigurationError, InvalidTaskInput, UnknownPipeline
 from tasks.models import AttemptKind, AttemptOutcome, StepAttempt, Task, TaskState
-from tasks.pipelines import FailurePolicy, Pipeline
-from tasks.queues import default_queue, queue_names
-from tasks.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from tasks.submission import submission_create
+from tasks.observability.log_fields import attempt_fields
+from tasks.pipelines.pipeline import FailurePolicy, Pipeline
+from tasks.pipelines.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from tasks.submission.submit import submission_create
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +237,7 @@ class ReliabilityBackend(BaseTaskBackend):
         args, kwargs = call["args"], call["kwargs"]
         logger.info(
             "django task started",
-            extra={"event": "django_task_started", "task_id": str(ctx.task_id), "attempt": ctx.attempt},
+            extra={"event": "django_task_started", "task_id": str(ctx.task_id), **attempt_fields()},
         )
         if task.takes_context:
             context = TaskContext(task_result=self.get_result(str(ctx.task_id)))

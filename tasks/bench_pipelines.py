@@ -2,7 +2,7 @@
 
 import time
 
-from tasks.pipelines import FailurePolicy, Pipeline
+from tasks import FailurePolicy, Pipeline
 
 
 def _noop(ctx):

@@ -15,7 +15,7 @@ from django.utils.module_loading import import_string
 
 from tasks.conf import ENGINE_SETTINGS, engine_settings
 
-WORKER_CLASS = "tasks.worker.ReliabilityWorker"
+WORKER_CLASS = "tasks.delivery.worker.ReliabilityWorker"
 
 
 @register()
@@ -70,7 +70,7 @@ def worker_class_checked(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     configured = (getattr(settings, "RQ", None) or {}).get("WORKER_CLASS")
     if configured is None:
         return []
-    from tasks.worker import ReliabilityWorker
+    from tasks.delivery.worker import ReliabilityWorker
 
     try:
         worker_class = import_string(configured) if isinstance(configured, str) else configured
@@ -110,7 +110,7 @@ def schedules_checked(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
 @register()
 def tracing_checked(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     """tasks.W002: ``RELIABILITY_TRACING`` on without the OpenTelemetry SDK: nothing is traced."""
-    from tasks.tracing import SDK_MODULE, sdk_installed
+    from tasks.observability.tracing import SDK_MODULE, sdk_installed
 
     if engine_settings.TRACING is not True or sdk_installed():
         return []

@@ -71,7 +71,7 @@ class StepTimeout(BaseException):
 
 
 class StepCancelled(BaseException):
-    """Raised inside a step that was waiting when its task was cancelled (``tasks.interrupts``).
+    """Raised inside a step that was waiting when its task was cancelled (``tasks.execution.interrupts``).
 
     Like ``StepTimeout``, a ``BaseException``: a step's ``except Exception``
     cannot swallow it. The step may have acted before it stopped, so its
@@ -120,7 +120,7 @@ class IdempotencyKeyInUse(ReliabilityError):
 class BatchRefused(ReliabilityError):
     """An atomic batch with a bad item: nothing was stored.
 
-    ``outcomes`` holds the bad items' outcomes (``tasks.batches.BatchOutcome``: index and error);
+    ``outcomes`` holds the bad items' outcomes (``tasks.submission.batches.BatchOutcome``: index and error);
     ``details["items"]`` the same as JSON.
     """
 

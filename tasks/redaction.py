@@ -12,7 +12,7 @@ Three things are redacted, wherever they appear:
   ``{"password": "hunter2"}``, "hunter2" anywhere in that task's errors and
   outputs.
 
-The engine's writers apply it when they store (``tasks.attempts``,
+The engine's writers apply it when they store (``tasks.execution.attempts``,
 ``tasks.lifecycle.outcomes``, ``tasks.lifecycle.dead_letters``): nothing unredacted reaches the
 database, so every reader (the API, the admin, the alerts) is safe.
 

@@ -1,8 +1,8 @@
 """What the engine runs, registered: pipelines, RQ entry points, sweeper chores.
 
 The pipelines are the only ones (and so the only code) a worker will run. The entry points are the only
-functions a worker's job may name (``tasks.worker.ReliabilityJob`` refuses any other). The chores are the
-periodic work other apps add to every sweep (``tasks.sweeper`` runs them). Another app (the console) adds what
+functions a worker's job may name (``tasks.delivery.worker.ReliabilityJob`` refuses any other). The chores are the
+periodic work other apps add to every sweep (``tasks.delivery.sweeper`` runs them). Another app (the console) adds what
 it runs here, from its ``AppConfig.ready()``.
 """
 
@@ -24,8 +24,8 @@ from tasks.exceptions import ConfigurationError, UnknownPipeline
 
 
 class RegisteredPipeline(Protocol):
-    """A ``tasks.pipelines.Pipeline`` as the registry holds it. A Pipeline registers itself here when it is
-    declared, so this module does not import it and names only what it and ``tasks.queues`` read of one."""
+    """A ``tasks.pipelines.pipeline.Pipeline`` as the registry holds it. A Pipeline registers itself here when it is
+    declared, so this module does not import it and names only what it and ``tasks.delivery.queues`` read of one."""
 
     name: str
     queue: str
@@ -129,16 +129,24 @@ def import_failure(exc: Exception) -> str:
 
 # --- RQ entry points -----------------------------------------------------------------------------------------
 
-# The engine's own: a task's delivery (tasks.jobs.run_task).
-RUN_TASK_ENTRY_POINT = "tasks.jobs.run_task"
-# A job that runs several tasks of one batch in turn, each claimed on its own (tasks.batches).
-RUN_TASKS_ENTRY_POINT = "tasks.jobs.run_tasks"
+# The engine's own: a task's delivery (tasks.delivery.jobs.run_task).
+RUN_TASK_ENTRY_POINT = "tasks.delivery.jobs.run_task"
+# A job that runs several tasks of one batch in turn, each claimed on its own (tasks.submission.batches).
+RUN_TASKS_ENTRY_POINT = "tasks.delivery.jobs.run_tasks"
 _ENTRY_POINTS: set[str] = {RUN_TASK_ENTRY_POINT, RUN_TASKS_ENTRY_POINT}
+# The same entry points by the paths earlier releases enqueued them under (tasks.jobs, before tasks/delivery/): a job
+# outlives a deploy in Redis, and a worker runs it by its current path instead of refusing it (tasks.moved).
+LEGACY_ENTRY_POINTS = {"tasks.jobs.run_task": RUN_TASK_ENTRY_POINT, "tasks.jobs.run_tasks": RUN_TASKS_ENTRY_POINT}
 
 
 def entry_point_register(name: str) -> None:
     """Allow workers to run the function ``name`` (a dotted path), e.g. a console's background job."""
     _ENTRY_POINTS.add(name)
+
+
+def entry_point_current(name: str | None) -> str | None:
+    """The path a job's function ``name`` has in this release (an entry point's old path gives its new one)."""
+    return LEGACY_ENTRY_POINTS.get(name, name) if name else name
 
 
 def entry_point_allowed(name: str | None) -> bool:

@@ -8,10 +8,10 @@ import signal
 import socket
 from datetime import datetime, timedelta
 
+from tasks import FailurePolicy, Pipeline
 from tasks.demo.platform_client import ReportPlatform
 from tasks.exceptions import PermanentError, TransientError
-from tasks.pipelines import FailurePolicy, Pipeline
-from tasks.retry import RetryPolicy
+from tasks.pipelines.retry import RetryPolicy
 
 # Step 2 kills its own worker process, every time.
 crasher = Pipeline("t_crasher", retry=RetryPolicy(max_attempts=5, base_delay=0.1, max_delay=0.2))
@@ -466,9 +466,10 @@ for _index in range(1, 11):
     quiet_ten.step(_nothing, name=f"step_{_index}")
 
 
-# A batch's job asks for higher-priority work at most every tasks.jobs.PRIORITY_CHECK_SECONDS of its clock. These
-# steps take input "seconds" of STEP_CLOCK's time, not the wall clock's: a test gives STEP_CLOCK to tasks.jobs in
-# place of the time module (monotonic time is outside the project), so when a batch asks is a count, not a race.
+# A batch's job asks for higher-priority work at most every tasks.delivery.jobs.PRIORITY_CHECK_SECONDS of its clock.
+# These steps take input "seconds" of STEP_CLOCK's time, not the wall clock's: a test gives STEP_CLOCK to
+# tasks.delivery.jobs
+# in place of the time module (monotonic time is outside the project), so when a batch asks is a count, not a race.
 class StepClock:
     """A monotonic clock that only the steps below move."""
 
@@ -568,7 +569,8 @@ def log_lines(ctx):
     return {"label": label}
 
 
-# Traces (tasks.tracing): a call through ctx.http to the URL of the input, retried on a 5xx, then a quick step.
+# Traces (tasks.observability.tracing): a call through ctx.http to the URL of the input, retried on a 5xx, then a quick
+# step.
 traced_http = Pipeline(
     "t_traced_http",
     retry=RetryPolicy(max_attempts=6, base_delay=0.2, max_delay=0.3, jitter=False),

@@ -179,8 +179,8 @@ def compensated_dead_letters(count: int) -> list:
 
 def _dead_letters(count: int, pipeline: str, input_: dict) -> list:
     from dlq.models import DLQItem
-    from tasks.runner import task_run
-    from tasks.submission import task_submit
+    from tasks.execution.runner import task_run
+    from tasks.submission.submit import task_submit
 
     items = []
     for _ in range(count):

@@ -2,7 +2,7 @@
 bench (``scripts/bench_console.py`` lists this module in ``RELIABILITY_PIPELINE_MODULES``): without a pipeline
 that declares them, the console reads ``order_id:…`` as an ordinary search term."""
 
-from tasks.pipelines import FailurePolicy, Pipeline
+from tasks import FailurePolicy, Pipeline
 
 scale_search = Pipeline(
     "scale_search", failure_policy=FailurePolicy.PARK, search_attributes=("order_id", "customer_id")

@@ -147,7 +147,7 @@ def _task_rows(plan: SeedPlan, source: str) -> str:
             'user_id', 'user-' || {number(11)} %% 50000,
             (%(input_keys)s::text[])[p + 1], (%(input_prefixes)s::text[])[p + 1] || {number(12)}
         ) AS input,
-        -- Search attributes (tasks.attributes): every task's customer (its user), an invoice's order id.
+        -- Search attributes (tasks.pipelines.attributes): every task's customer (its user), an invoice's order id.
         jsonb_build_object('customer_id', 'user-' || {number(11)} %% 50000)
             || CASE WHEN (%(input_keys)s::text[])[p + 1] = 'order_id'
                 THEN jsonb_build_object('order_id', (%(input_prefixes)s::text[])[p + 1] || {number(12)})

@@ -12,7 +12,7 @@ from dlq.admin.common import ActionFilter, DenialsAuditedMixin, ServiceViewMixin
 from dlq.bulk import bulk_operation_command, bulk_operation_commands
 from dlq.models import BulkOperation, BulkStatus
 from reliability_console.admin_mixins import ReadOnlyAdminMixin
-from tasks.models.dead_letter import resolution_label
+from tasks.models import resolution_label
 
 
 @admin.register(BulkOperation)

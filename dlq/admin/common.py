@@ -11,9 +11,10 @@ from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 
-from dlq.actions import ActionDenied, ActionRefused, ReasonRequired
+from dlq.actions import MAX_REASON_LENGTH, ActionDenied, ActionRefused, ReasonRequired
 from dlq.audit import audit_denied
 from dlq.audit_actions import action_label
 from dlq.audit_details import detail_text
@@ -117,38 +118,83 @@ def deny(request: HttpRequest, *, action: str, target_type: str, target_id) -> N
     raise PermissionDenied
 
 
+def posted(
+    request: HttpRequest,
+    call: Callable[[], Any],
+    *,
+    done_url: str | Callable[[Any], str],
+    done_message: Callable[[Any], tuple[int, str]],
+    refused_url: str | None = None,
+) -> HttpResponse | str:
+    """The response to an action's POST, or the text of a form problem (the caller shows the form again with it).
+
+    ``call`` runs the one service the action is. A missing permission is a 403. A missing reason or a bad field is
+    the form's problem. A refusal (someone acted first, a wrong state) is a message and a redirect to
+    ``refused_url``; without one it is shown on the form like a missing reason. Done: ``done_message(result)``
+    (its level and text) and a redirect to ``done_url``.
+    """
+    try:
+        result = call()
+    except ActionDenied:
+        raise PermissionDenied from None
+    except ReasonRequired as exc:
+        return exc.message
+    except (ActionRefused, BulkRefused) as exc:
+        if refused_url is None:
+            return exc.message
+        messages.error(request, _("Not done: %(why)s") % {"why": exc.message})
+        return HttpResponseRedirect(refused_url)
+    level, text = done_message(result)
+    messages.add_message(request, level, text)
+    return HttpResponseRedirect(done_url(result) if callable(done_url) else done_url)
+
+
+def action_page(
+    request: HttpRequest,
+    call: Callable[[], Any],
+    *,
+    template: str,
+    title: Any,
+    page_context: Callable[[], dict[str, Any]],
+    done_url: str | Callable[[Any], str],
+    done_message: Callable[[Any], str],
+    return_url: str,
+    refusal_on_form: bool = False,
+) -> HttpResponse:
+    """The frame of the console's own action pages (a pipeline's, a schedule's, an approval's): GET shows
+    ``template``, what the action does and its form; POST acts through ``posted`` (a message and a redirect), or
+    shows the page again with the form's problem (400). ``return_url``: where Cancel leads, and a refusal (unless
+    ``refusal_on_form``: a form the reader fills in again keeps what was typed, with the refusal on it)."""
+    error = ""
+    if request.method == "POST":
+        answer = posted(
+            request,
+            call,
+            done_url=done_url,
+            done_message=lambda result: (messages.SUCCESS, done_message(result)),
+            refused_url=None if refusal_on_form else return_url,
+        )
+        if isinstance(answer, HttpResponse):
+            return answer
+        error = answer
+    context = {
+        **admin.site.each_context(request),
+        "title": title,
+        **page_context(),
+        "error": error,
+        # Shown again after a form error: never more than may be stored.
+        "reason": request.POST.get("reason", "")[:MAX_REASON_LENGTH],
+        "cancel_url": return_url,
+    }
+    return TemplateResponse(request, template, context, status=400 if error else 200)
+
+
 class ServiceViewMixin:
     """For ModelAdmins whose views call one service on POST and answer with a message and a redirect."""
 
-    def perform(
-        self,
-        request: HttpRequest,
-        call: Callable[[], Any],
-        *,
-        done_url: str | Callable[[Any], str],
-        done_message: Callable[[Any], tuple[int, str]],
-        refused_url: str | None = None,
-    ) -> HttpResponse | str:
-        """The response to a POST, or the text of a form problem (the caller shows the form again with it).
-
-        A missing permission is a 403. A refusal (someone acted first, a
-        wrong state) is a message and a redirect to ``refused_url``; without
-        one it is shown on the form like a missing reason.
-        """
-        try:
-            result = call()
-        except ActionDenied:
-            raise PermissionDenied from None
-        except ReasonRequired as exc:
-            return exc.message
-        except (ActionRefused, BulkRefused) as exc:
-            if refused_url is None:
-                return exc.message
-            self.message_user(request, _("Not done: %(why)s") % {"why": exc.message}, messages.ERROR)
-            return HttpResponseRedirect(refused_url)
-        level, text = done_message(result)
-        self.message_user(request, text, level)
-        return HttpResponseRedirect(done_url(result) if callable(done_url) else done_url)
+    def perform(self, request: HttpRequest, call: Callable[[], Any], **answer: Any) -> HttpResponse | str:
+        """``posted`` (``done_url``, ``done_message``, ``refused_url``), for a ModelAdmin's view."""
+        return posted(request, call, **answer)
 
 
 class DenialsAuditedMixin:

@@ -41,8 +41,7 @@ from reliability_console.json_display import json_text
 from reliability_console.paginator import CappedCountPaginator
 from tasks import registry
 from tasks.exceptions import UnknownPipeline
-from tasks.lifecycle.cancellation import CancelResult
-from tasks.lifecycle.clients import MANAGE_PERMISSION, ApiClientError, api_client_revoke
+from tasks.lifecycle import MANAGE_PERMISSION, ApiClientError, CancelResult, api_client_revoke
 from tasks.models import (
     ApiClient,
     AttemptKind,

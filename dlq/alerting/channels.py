@@ -2,7 +2,7 @@
 
 The body is built only from the stored event (no clock, no randomness), so
 every retry sends the same bytes under the same idempotency key; receivers
-verify ``Reliability-Signature: t=…,v1=…`` (tasks.signing), which each attempt
+verify ``Reliability-Signature: t=…,v1=…`` (tasks.outbound.signing), which each attempt
 signs afresh with its own time. A test notification (``channel_test_send``)
 is sent once, never retried: it has its own time and a new key.
 """
@@ -23,8 +23,8 @@ from dlq.alerting.models import AlertChannel, AlertChannelKind, AlertEvent
 from dlq.alerting.url_checks import channel_disabled, channel_url_check
 from dlq.conf import console_settings
 from tasks.exceptions import PermanentError, TransientError
-from tasks.outbound import OutboundUrlRefused, Rule, is_refused_connection, session_for
-from tasks.signing import SIGNATURE_HEADER, signature_header
+from tasks.outbound.policy import OutboundUrlRefused, Rule, is_refused_connection, session_for
+from tasks.outbound.signing import SIGNATURE_HEADER, signature_header
 
 logger = logging.getLogger("dlq.alerts")
 

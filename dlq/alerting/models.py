@@ -55,7 +55,7 @@ class AlertChannel(models.Model):
     last_error = models.TextField(_("last error"), blank=True, default="")
     last_failure_at = models.DateTimeField(_("last failure"), null=True, blank=True)
     last_success_at = models.DateTimeField(_("last success"), null=True, blank=True)
-    # Set when the engine refused the channel's URL at send time (tasks.outbound: the allow-list changed, or the
+    # Set when the engine refused the channel's URL at send time (tasks.outbound.policy: the allow-list changed, or the
     # name now resolves to an address it may not reach) and switched the channel off: why, as a rule code and its
     # facts, worded in the reader's language (dlq.alerting.url_checks). Cleared when a supervisor saves the
     # channel enabled with a URL that passes.

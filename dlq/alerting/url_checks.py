@@ -1,4 +1,4 @@
-"""Where alert channels may send: the engine's outbound rules (``tasks.outbound``) under the channels' own
+"""Where alert channels may send: the engine's outbound rules (``tasks.outbound.policy``) under the channels' own
 allow-list, ``RELIABILITY_ALERT_ALLOWED_HOSTS``.
 
 Empty (the default): any host whose every address is public, never loopback,
@@ -16,7 +16,7 @@ from django.utils.translation import gettext, gettext_lazy
 
 from dlq.alerting.models import URL_CHANNEL_KINDS, AlertChannel
 from dlq.conf import console_settings
-from tasks.outbound import (
+from tasks.outbound.policy import (
     OutboundPolicy,
     OutboundTarget,
     OutboundUrlRefused,

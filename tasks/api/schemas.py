@@ -8,8 +8,8 @@ from typing import Any, Literal
 from ninja import Schema
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from tasks.batches import MAX_BATCH_ITEMS
-from tasks.submission import MAX_DEADLINE_SECONDS, MAX_START_DELAY_SECONDS
+from tasks.submission.batches import MAX_BATCH_ITEMS
+from tasks.submission.submit import MAX_DEADLINE_SECONDS, MAX_START_DELAY_SECONDS
 
 TaskStateName = Literal[
     "queued",

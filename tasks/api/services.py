@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.api.errors import engine_error_status, json_bytes
-from tasks.batches import BatchOutcome, submission_create_many
 from tasks.lifecycle.cancellation import task_cancel
 from tasks.models import TERMINAL_STATES, ApiClient, Task
-from tasks.selectors import client_scope, task_representation
-from tasks.submission import submission_create
+from tasks.selectors.tasks import client_scope, task_representation
+from tasks.submission.batches import BatchOutcome, submission_create_many
+from tasks.submission.submit import submission_create
 
 CREATED = 201
 OK = 200

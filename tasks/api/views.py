@@ -31,20 +31,20 @@ from tasks.api.schemas import (
     TaskStateName,
 )
 from tasks.api.services import api_task_cancel, api_task_submit, api_task_submit_many
-from tasks.attributes import MAX_ATTRIBUTES, AttributeRefused, attribute_filter_checked
 from tasks.exceptions import (
     ReliabilityError,
 )
 from tasks.lifecycle.clients import api_client_authenticate
 from tasks.lifecycle.signals import task_signal
-from tasks.selectors import (
+from tasks.observability.tracing import traced_request
+from tasks.pipelines.attributes import MAX_ATTRIBUTES, AttributeRefused, attribute_filter_checked
+from tasks.selectors.tasks import (
     idempotency_record_for_client,
     task_for_client,
     task_page,
     task_representation,
     task_summary,
 )
-from tasks.tracing import traced_request
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ api.add_decorator(chunked_bodies, mode="view")
     "(header `Idempotent-Replayed: true`); the same key with another body is a 422; a repeat while the first "
     "is still being processed waits briefly, then is a 409.",
 )
-@decorate_view(traced_request("/api/v1/tasks"))  # continues the caller's traceparent (tasks.tracing)
+@decorate_view(traced_request("/api/v1/tasks"))  # continues the caller's traceparent (tasks.observability.tracing)
 def create_task(
     request: HttpRequest,
     payload: TaskCreateIn,
@@ -282,7 +282,7 @@ ATTRIBUTE_PARAMETER = "attribute."
 
 
 def _attribute_filters(request: HttpRequest) -> list[tuple[str, str]]:
-    """The ``attribute.<name>=<value>`` parameters of a list request, checked (``tasks.attributes``)."""
+    """The ``attribute.<name>=<value>`` parameters of a list request, checked (``tasks.pipelines.attributes``)."""
     found = []
     for parameter in request.GET:
         if not parameter.startswith(ATTRIBUTE_PARAMETER):

@@ -1,6 +1,6 @@
 """HTTP client for the report platform's wire contract (see docs/getting-started.md, "The demo").
 
-Built on ``ctx.http`` (``tasks.http``): every call sends ``X-Task-Id`` and
+Built on ``ctx.http`` (``tasks.outbound.http``): every call sends ``X-Task-Id`` and
 ``X-Request-Deadline`` and uses the time left as its timeout; every POST, PUT
 and DELETE names its effect, so it carries that effect's ``Idempotency-Key``
 and lands in the side-effect ledger. Answers map onto the platform's own error
@@ -14,9 +14,9 @@ from typing import Any
 import requests
 
 from tasks.conf import engine_settings
-from tasks.context import StepContext
 from tasks.exceptions import PermanentError, TransientError
-from tasks.http_errors import retry_after_seconds, status_effect_uncertain, status_is_transient
+from tasks.execution.context import StepContext
+from tasks.outbound.http_errors import retry_after_seconds, status_effect_uncertain, status_is_transient
 
 PERMANENT_CODES = {
     400: "bad_request",

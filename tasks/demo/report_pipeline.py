@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tasks import FailurePolicy, Pipeline
 from tasks.demo.platform_client import ReportPlatform
 from tasks.exceptions import InvalidTaskInput, PermanentError
-from tasks.pipelines import FailurePolicy, Pipeline
-from tasks.retry import RetryPolicy
+from tasks.pipelines.retry import RetryPolicy
 
 MAX_USER_ID_LENGTH = 100
 MAX_TOPIC_LENGTH = 500

@@ -19,6 +19,72 @@ outside which the models' managers refuse bulk writes; ``tests/unit/test_write_d
 - ``purge``: finished tasks deleted, with every row they own; ``retention`` picks them (and times the batches
   the console's audit purge uses too).
 - ``controls``: a pipeline paused, resumed, its limits changed (the held tasks released through ``holds``).
+- ``schedules``: schedules synced from code, fired, and added, changed, paused, resumed by operators.
+- ``operator_changes``: the one ending of an operator's audited change (a control's, a schedule's): the reason
+  checked, the row saved, the signal the audit entry is written from, the log line.
 - ``clients``: API clients created, revoked, their secrets rotated.
 - ``fenced_writes``: the door's own implementation of a fenced write (one statement on PostgreSQL); private.
+
+Its public acts are imported from here (``from tasks.lifecycle import task_cancel``): the names below, each loaded on
+first use (PEP 562), so importing the package imports none of the door's modules and the engine's own modules import
+the one they call (``tasks.lifecycle.outcomes``) without a cycle through here. The console acts only through them.
 """
+
+from __future__ import annotations
+
+from tasks.exports import lazy_exports
+
+# name -> the door's module that defines it.
+_ACTS = {
+    # an operator's interventions on a dead letter's task
+    "CLOSABLE_STATES": "tasks.lifecycle.operator",
+    "task_retry_from_checkpoint": "tasks.lifecycle.operator",
+    "task_retry_from_start": "tasks.lifecycle.operator",
+    "task_compensate": "tasks.lifecycle.operator",
+    "task_close": "tasks.lifecycle.operator",
+    # a cancel requested, and the signal its audit entry hangs on
+    "CancelResult": "tasks.lifecycle.cancellation",
+    "task_cancel": "tasks.lifecycle.cancellation",
+    "cancel_requested": "tasks.lifecycle.cancellation",
+    # a signal to a waiting task (an approval's decision is one)
+    "SignalResult": "tasks.lifecycle.signals",
+    "task_signal": "tasks.lifecycle.signals",
+    # a pipeline paused, resumed, its limits set or reset, and the signal of each change
+    "UNCHANGED": "tasks.lifecycle.controls",
+    "pipeline_pause": "tasks.lifecycle.controls",
+    "pipeline_resume": "tasks.lifecycle.controls",
+    "pipeline_limits_set": "tasks.lifecycle.controls",
+    "pipeline_limits_reset": "tasks.lifecycle.controls",
+    "pipeline_control_changed": "tasks.lifecycle.controls",
+    # a console schedule added, changed, paused or resumed, and the signal of each change
+    "schedule_add": "tasks.lifecycle.schedules",
+    "schedule_change": "tasks.lifecycle.schedules",
+    "schedule_pause": "tasks.lifecycle.schedules",
+    "schedule_resume": "tasks.lifecycle.schedules",
+    "schedule_changed": "tasks.lifecycle.schedules",
+    # API clients: created, revoked, and the signals of each change and refusal
+    "MANAGE_PERMISSION": "tasks.lifecycle.clients",
+    "CREATED": "tasks.lifecycle.clients",
+    "REVOKED": "tasks.lifecycle.clients",
+    "SECRET_ROTATED": "tasks.lifecycle.clients",
+    "ApiClientError": "tasks.lifecycle.clients",
+    "api_client_create": "tasks.lifecycle.clients",
+    "api_client_revoke": "tasks.lifecycle.clients",
+    "api_client_changed": "tasks.lifecycle.clients",
+    "api_client_refused": "tasks.lifecycle.clients",
+    # the retention runs (the console's audit purge times its batches with these)
+    "TASKS_KIND": "tasks.lifecycle.retention",
+    "PurgeRun": "tasks.lifecycle.retention",
+    "purge_batches": "tasks.lifecycle.retention",
+    "retention_purge_record": "tasks.lifecycle.retention",
+    "finished_tasks_purge": "tasks.lifecycle.retention",
+    # the retention of resolved dead letters (a sweeper chore of the console's)
+    "dead_letters_purge_resolved": "tasks.lifecycle.dead_letters",
+    # another app's registered entry point's job, delivered through RQ
+    "entry_point_deliver": "tasks.lifecycle.deliveries",
+}
+
+__all__ = sorted(_ACTS)
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _ACTS, globals())

@@ -10,7 +10,7 @@ whom, why), in a transaction that holds the row lock:
 - a RUNNING task keeps running to its next step boundary, where its worker
   reads the request with the step's write and stops. If it is waiting (a
   socket read, a sleep), it is interrupted sooner, through its time limit
-  (``tasks.interrupts``): the worker holding the lease is told over Redis
+  (``tasks.execution.interrupts``): the worker holding the lease is told over Redis
   after commit, and its heartbeat sees the request on the row as well.
 
 A second cancel of the same task is the same cancel: nothing is written, and
@@ -32,17 +32,18 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 from rq.command import PUBSUB_CHANNEL_TEMPLATE
 
-from tasks.delivery import redis_client
+from tasks.delivery.enqueue import redis_client
 from tasks.exceptions import TaskNotActionable, TaskNotCancellable
 from tasks.lifecycle.outcomes import on_cancel_policy, task_cancelled
 from tasks.models import Task, TaskState
 from tasks.models.door import door
+from tasks.observability.log_fields import task_fields
 
 logger = logging.getLogger(__name__)
 
 # Sent inside the cancel's transaction: sender=Task, task=, actor=, reason=, state_before=, client_ip=.
 cancel_requested = Signal()
-# The RQ worker command a cancel of a running task sends its lease holder (tasks.worker handles it).
+# The RQ worker command a cancel of a running task sends its lease holder (tasks.delivery.worker handles it).
 CANCEL_COMMAND = "cancel-task"
 CANCEL_REASON_MAX_LENGTH = 1000
 # Cancelled right away: nothing of the task is running.
@@ -95,27 +96,27 @@ def task_cancel(*, task_id, actor: str, reason: str = "", client=None, client_ip
             task_cancelled(task=task, policy=on_cancel_policy(task))
         else:
             owner = task.lease_owner
-            transaction.on_commit(lambda: _tell_lease_holder(task_id=task.pk, owner=owner))
+            transaction.on_commit(lambda: _tell_lease_holder(task=task, owner=owner))
         cancel_requested.send(
             sender=Task, task=task, actor=actor, reason=reason, state_before=state_before, client_ip=client_ip
         )
     logger.info(
         "cancel requested",
-        extra={"event": "cancel_requested", "task_id": str(task.pk), "state": state_before, "by": actor},
+        extra={"event": "cancel_requested", **task_fields(task), "state": state_before, "by": actor},
     )
     return CancelResult(task=task, requested_now=True, state_before=state_before)
 
 
-def _tell_lease_holder(*, task_id, owner: str) -> None:
+def _tell_lease_holder(*, task: Task, owner: str) -> None:
     """Ask the worker holding the task to stop its waiting step (best effort: its heartbeat sees it too)."""
     worker_name = owner.rsplit("@", 1)[0] if owner else ""
     if not worker_name:
         return
-    payload = {"command": CANCEL_COMMAND, "task_id": str(task_id)}
+    payload = {"command": CANCEL_COMMAND, "task_id": str(task.pk)}
     try:
         redis_client().publish(PUBSUB_CHANNEL_TEMPLATE % worker_name, json.dumps(payload))
     except RedisError as exc:
         logger.warning(
             "could not tell the worker of a cancel; its heartbeat will see it",
-            extra={"event": "cancel_notify_failed", "task_id": str(task_id), "error": type(exc).__name__},
+            extra={"event": "cancel_notify_failed", **task_fields(task), "error": type(exc).__name__},
         )

@@ -4,7 +4,7 @@ A claim reads the row (and its checkpoints), applies the transition and
 saves it with one conditional update on (state, fencing token). Every later
 write by the holder is conditional on the token it got; a worker whose lease
 was taken over (a zombie) finds its writes rejected and stops. The lease is
-then kept alive by ``tasks.heartbeat`` (``tasks.lifecycle.leases``).
+then kept alive by ``tasks.execution.heartbeat`` (``tasks.lifecycle.leases``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from tasks import limits, registry
-from tasks.claim import Claim, lease_seconds
+from tasks import registry
 from tasks.exceptions import LeaseLost
+from tasks.execution import gates
+from tasks.execution.claim import Claim, lease_seconds
 from tasks.lifecycle.fenced_writes import (
     PARAMETER,
     cast_type,
@@ -30,9 +31,10 @@ from tasks.lifecycle.fenced_writes import (
     task_save_fenced,
 )
 from tasks.lifecycle.holds import TASK_HOLD_FIELDS, task_hold
-from tasks.limits_policy import OPEN_GATE, ControlValues, Gate
 from tasks.models import Checkpoint, PipelineControl, Task, TaskHold, TaskState
 from tasks.models.door import door
+from tasks.observability.log_fields import task_fields
+from tasks.pipelines.limits import OPEN_GATE, ControlValues, Gate
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +54,17 @@ def task_claim(*, task_id: str, owner: str) -> Claim | None:
             # a retry delivered slightly early waits for its time instead of
             # being dropped. A much earlier job is a stray duplicate.
             if early.seconds > MAX_EARLY_WAIT_SECONDS:
+                logger.info(
+                    "nothing to do", extra={"event": "delivery_skipped", **task_fields(early.task), "worker": owner}
+                )
                 return None
             time.sleep(early.seconds)
     return None
 
 
 class _TooEarly(Exception):
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, task: Task, seconds: float) -> None:
+        self.task = task
         self.seconds = seconds
 
 
@@ -87,7 +93,16 @@ def _claim_read_then_write(*, task_id: str, owner: str) -> Claim | None:
     # writes them, and no one can hold the lease until this update wins.
     task = _task_for_claim(task_id)
     if task is None:
+        logger.info("nothing to do", extra={"event": "delivery_skipped", "task_id": str(task_id), "worker": owner})
         return None
+    claim = _claim_decided(task, owner)
+    if claim is None:
+        # A duplicate delivery, a job for a finished or waiting task, a claim another worker won: no effects.
+        logger.info("nothing to do", extra={"event": "delivery_skipped", **task_fields(task), "worker": owner})
+    return claim
+
+
+def _claim_decided(task: Task, owner: str) -> Claim | None:
     deadline_passed = task.deadline is not None and task.deadline <= task.db_now
     # A retry waits for its time: one delivered a little early waits for it. A WAITING task (a later start) has no
     # job until the sweeper wakes it: a delivery meanwhile (a duplicate, a job an operator re-queued) finds nothing
@@ -95,12 +110,12 @@ def _claim_read_then_write(*, task_id: str, owner: str) -> Claim | None:
     waits_for_its_time = task.state == TaskState.RETRY_SCHEDULED
     if waits_for_its_time and task.retry_at is not None and task.retry_at > task.db_now:
         if not deadline_passed and not task.is_cancelled:
-            raise _TooEarly((task.retry_at - task.db_now).total_seconds())
+            raise _TooEarly(task, (task.retry_at - task.db_now).total_seconds())
     if task.state == TaskState.RETRY_SCHEDULED:
         task.make_due()
     gate = OPEN_GATE
     if task.state == TaskState.QUEUED:
-        gate = limits.gate_of(pipeline=task.pipeline, control=task.control_read)
+        gate = gates.gate_of(pipeline=task.pipeline, control=task.control_read)
         # A task past its deadline or cancelled goes through whatever holds its pipeline:
         # the runner fails or cancels it at once, without running a step.
         if gate.paused and not deadline_passed and not task.is_cancelled:
@@ -132,9 +147,7 @@ def _claimed(task: Task, owner: str, gate: Gate) -> Claim:
         "task claimed",
         extra={
             "event": "task_claimed",
-            "task_id": str(task.pk),
-            "step": task.current_step,
-            "attempt": task.step_attempt,
+            **task_fields(task),
             "fencing_token": task.fencing_token,
             "worker": owner,
         },
@@ -246,12 +259,12 @@ def _claim_within_limits(task: Task, owner: str, gate: Gate) -> bool:
     """Claim ``task`` if a concurrency slot and a rate permit are free (one transaction); else hold it."""
     hold, wait = "", None
     with transaction.atomic():
-        if gate.max_concurrency is not None and not limits.concurrency_slot_take(
+        if gate.max_concurrency is not None and not gates.concurrency_slot_take(
             pipeline=task.pipeline, limit=gate.max_concurrency, task_id=task.pk, fencing_token=task.fencing_token + 1
         ):
             hold = TaskHold.CONCURRENCY
         elif gate.rate is not None:
-            wait = limits.rate_permit_take(pipeline=task.pipeline, rate=gate.rate)
+            wait = gates.rate_permit_take(pipeline=task.pipeline, rate=gate.rate)
             if wait is not None:
                 hold = TaskHold.RATE
         if hold:
@@ -276,7 +289,7 @@ def _task_for_claim(task_id: str) -> Task | None:
         task = Task.objects.filter(pk=task_id).annotate(db_now=Now()).order_by().first()
         if task is not None:
             task.checkpoints_read = None
-            task.control_read = limits.control_values(task.pipeline)
+            task.control_read = gates.control_values(task.pipeline)
         return task
     # SQL built once per process instead of a queryset compiled for each delivery.
     columns, converters, sql = _claim_read()
@@ -313,7 +326,7 @@ def _checkpoints_of(triples) -> list[tuple]:
 def _claim_read() -> tuple[list[str], list, str]:
     """Task columns, their from-database converters and the query: the row, the database's clock, the checkpoints.
 
-    And the pipeline's control row (pause and overridden limits, ``tasks.limits``), in the same round trip.
+    And the pipeline's control row (pause and overridden limits, ``tasks.execution.gates``), in the same round trip.
     """
     fields = Task._meta.concrete_fields
     converters = []
@@ -324,7 +337,7 @@ def _claim_read() -> tuple[list[str], list, str]:
     q = connection.ops.quote_name
     task_table, checkpoints = q(Task._meta.db_table), q(Checkpoint._meta.db_table)
     controls = q(PipelineControl._meta.db_table)
-    control_columns = ", ".join(f"pc.{q(column)}" for column in limits.CONTROL_COLUMNS)
+    control_columns = ", ".join(f"pc.{q(column)}" for column in gates.CONTROL_COLUMNS)
     sql = (
         f"SELECT {', '.join(f'{task_table}.{q(task_field.column)}' for task_field in fields)}, STATEMENT_TIMESTAMP(), "
         f"(SELECT jsonb_agg(jsonb_build_array(c.{q('step_index')}, c.{q('step_name')}, c.{q('output')})) "

@@ -3,32 +3,30 @@
 Each is one transaction on the pipeline's ``PipelineControl`` row (created on
 first use) and sends ``pipeline_control_changed`` inside it, so the console
 audits the change in the same commit. What they hold back is applied by
-``tasks.limits`` at claim time and at every step start; a resume or a raised
+``tasks.execution.gates`` at claim time and at every step start; a resume or a raised
 limit releases held tasks at once, oldest first, as far as the limits allow
 (the sweeper goes on with a deep backlog).
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from tasks import limits, registry
-from tasks.exceptions import ConfigurationError, PipelineControlRefused, ReliabilityError, UnknownPipeline
+from tasks import registry
+from tasks.exceptions import ConfigurationError, PipelineControlRefused, UnknownPipeline
+from tasks.execution import gates
 from tasks.lifecycle.holds import held_tasks_release
-from tasks.limits_policy import RateLimit, concurrency_check
+from tasks.lifecycle.operator_changes import ChangeKind, change_saved
 from tasks.models import PipelineControl, TaskHold
-
-logger = logging.getLogger(__name__)
+from tasks.pipelines.limits import RateLimit, concurrency_check
 
 # Sent inside the change's transaction: sender=PipelineControl, control=, action=, actor=, reason=, before=, after=,
 # client_ip= (the address the change came from, when it came over HTTP).
 pipeline_control_changed = Signal()
-REASON_MAX_LENGTH = 1000
 # Marks an argument a limits change leaves as it is.
 UNCHANGED: Any = object()
 
@@ -46,9 +44,16 @@ def pipeline_pause(*, pipeline: str, actor: str, reason: str, client_ip: str | N
         control.paused = True
         control.paused_at = timezone.now()
         control.paused_by = actor[:150]
-        control.pause_reason = operator_reason(reason)
-        control.save()
-        _changed(control, "pipeline_paused", actor, reason, before, client_ip)
+        change_saved(
+            CONTROL_CHANGE,
+            control,
+            action="pipeline_paused",
+            actor=actor,
+            reason=reason,
+            before=before,
+            client_ip=client_ip,
+            reason_field="pause_reason",
+        )
     return control
 
 
@@ -61,8 +66,15 @@ def pipeline_resume(*, pipeline: str, actor: str, reason: str, client_ip: str | 
                 f"pipeline {pipeline!r} is not paused", code="not_paused", details={"pipeline": pipeline}
             )
         control.paused = False
-        control.save()
-        _changed(control, "pipeline_resumed", actor, reason, before, client_ip)
+        change_saved(
+            CONTROL_CHANGE,
+            control,
+            action="pipeline_resumed",
+            actor=actor,
+            reason=reason,
+            before=before,
+            client_ip=client_ip,
+        )
         transaction.on_commit(lambda: _release(pipeline))
     return control
 
@@ -97,8 +109,15 @@ def pipeline_limits_set(
             control.rate_overridden = True
             control.rate_limit = str(rate) if rate else ""
         _limits_stamp(control, actor)
-        control.save()
-        _changed(control, "pipeline_limits_set", actor, reason, before, client_ip)
+        change_saved(
+            CONTROL_CHANGE,
+            control,
+            action="pipeline_limits_set",
+            actor=actor,
+            reason=reason,
+            before=before,
+            client_ip=client_ip,
+        )
         transaction.on_commit(lambda: _release(pipeline))
     return control
 
@@ -116,8 +135,15 @@ def pipeline_limits_reset(*, pipeline: str, actor: str, reason: str, client_ip: 
         control.concurrency_overridden = control.rate_overridden = False
         control.max_concurrency, control.rate_limit = None, ""
         _limits_stamp(control, actor)
-        control.save()
-        _changed(control, "pipeline_limits_reset", actor, reason, before, client_ip)
+        change_saved(
+            CONTROL_CHANGE,
+            control,
+            action="pipeline_limits_reset",
+            actor=actor,
+            reason=reason,
+            before=before,
+            client_ip=client_ip,
+        )
         transaction.on_commit(lambda: _release(pipeline))
     return control
 
@@ -143,54 +169,30 @@ def _snapshot(control: PipelineControl) -> dict:
     }
 
 
-def operator_reason(reason: str, refusal: type[ReliabilityError] = PipelineControlRefused) -> str:
-    """The reason of an operator's audited change, stripped; ``refusal`` (its code ``reason_required`` or
-    ``reason_too_long``) when it is empty or too long. Pipelines' controls and schedules ask for the same."""
-    reason = (reason or "").strip()
-    if not reason:
-        raise refusal("a reason is required", code="reason_required")
-    if len(reason) > REASON_MAX_LENGTH:
-        raise refusal(
-            f"a reason is at most {REASON_MAX_LENGTH} characters",
-            code="reason_too_long",
-            details={"max": REASON_MAX_LENGTH},
-        )
-    return reason
-
-
 def _limits_stamp(control: PipelineControl, actor: str) -> None:
     control.limits_changed_at = timezone.now()
     control.limits_changed_by = actor[:150]
 
 
-def _changed(
-    control: PipelineControl, action: str, actor: str, reason: str, before: dict, client_ip: str | None
-) -> None:
-    reason = operator_reason(reason)
-    pipeline_control_changed.send(
-        sender=PipelineControl,
-        control=control,
-        action=action,
-        actor=actor,
-        reason=reason,
-        before=before,
-        after=_snapshot(control),
-        client_ip=client_ip,
-    )
-    logger.info(
-        "pipeline control changed",
-        extra={"event": action, "pipeline": control.pipeline, "by": actor, **_snapshot(control)},
-    )
+CONTROL_CHANGE = ChangeKind(
+    signal=pipeline_control_changed,
+    sender=PipelineControl,
+    row_argument="control",
+    snapshot=_snapshot,
+    refusal=PipelineControlRefused,
+    log_message="pipeline control changed",
+    log_fields=lambda control: {"pipeline": control.pipeline, **_snapshot(control)},
+)
 
 
 def _release(pipeline: str) -> None:
     """After a resume or a limit change: let held tasks start, as many as the gate allows now."""
-    gate = limits.gate_of(pipeline=pipeline)
+    gate = gates.gate_of(pipeline=pipeline)
     held_tasks_release(
         pipeline=pipeline,
         holds=[TaskHold.PAUSED, TaskHold.CONCURRENCY],
-        limit=limits.releasable(pipeline=pipeline, gate=gate),
+        limit=gates.releasable(pipeline=pipeline, gate=gate),
     )
     if not gate.paused and gate.rate is None:
         # The rate limit was lifted: tasks waiting for their turn at it need not wait for their scheduled time.
-        held_tasks_release(pipeline=pipeline, holds=[TaskHold.RATE], limit=limits.RELEASE_BATCH_SIZE)
+        held_tasks_release(pipeline=pipeline, holds=[TaskHold.RATE], limit=gates.RELEASE_BATCH_SIZE)

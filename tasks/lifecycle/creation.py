@@ -1,5 +1,5 @@
-"""A task's row comes into being: a submission checked by ``tasks.submission`` (HTTP, Python, Django's Tasks), or a
-batch of them checked by ``tasks.batches``."""
+"""A task's row comes into being: a submission checked by ``tasks.submission.submit`` (HTTP, Python, Django's Tasks), or
+a batch of them checked by ``tasks.submission.batches``."""
 
 from __future__ import annotations
 
@@ -12,21 +12,22 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from tasks import tracing
-from tasks.attributes import attributes_from_input
 from tasks.conf import engine_settings
-from tasks.delivery import batch_job_id, deliver_batches, deliver_on_commit
+from tasks.delivery.enqueue import batch_job_id, deliver_batches, deliver_on_commit
+from tasks.delivery.queues import queue_for_pipeline
 from tasks.models import ApiClient, Task, TaskState, WaitKind
 from tasks.models.door import door
-from tasks.pipelines import Pipeline
-from tasks.queues import queue_for_pipeline
+from tasks.observability import tracing
+from tasks.observability.log_fields import task_fields
+from tasks.pipelines.attributes import attributes_from_input
+from tasks.pipelines.pipeline import Pipeline
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class NewTask:
-    """A task to create, checked by ``tasks.submission`` or ``tasks.batches``."""
+    """A task to create, checked by ``tasks.submission.submit`` or ``tasks.submission.batches``."""
 
     spec: Pipeline
     input: Any
@@ -44,7 +45,7 @@ def _task_values(new: NewTask) -> dict[str, Any]:
     """A new task row's fields, for one submission or each of a batch's.
 
     A start in the future is a wait with its time (no job, no worker, no attempt used): the sweeper wakes it
-    and delivers it when that time has come on the database's clock (``tasks.sweeper``).
+    and delivers it when that time has come on the database's clock (``tasks.delivery.sweeper``).
     """
     waiting = {}
     if new.start_at is not None and new.start_at > timezone.now():
@@ -61,9 +62,10 @@ def _task_values(new: NewTask) -> dict[str, Any]:
         "idempotency_key": new.key,
         "request_fingerprint": new.fingerprint,
         "callback_url": new.callback_url,
-        # Checked with the input (tasks.submission.clean_input).
+        # Checked with the input (tasks.submission.submit.clean_input).
         "attributes": attributes_from_input(new.spec.search_attributes, new.input),
-        # The trace its runs continue: the submitter's span, or a new trace (None with tracing off: tasks.tracing).
+        # The trace its runs continue: the submitter's span, or a new trace (None with tracing off:
+        # tasks.observability.tracing).
         "trace_context": tracing.submission_context(new.spec.name),
     }
 
@@ -81,7 +83,7 @@ def task_create(
     callback_url: str,
     start_at: datetime | None = None,
 ) -> Task:
-    """Create the task row of a submission (checked by ``tasks.submission``); deliver it after commit unless it
+    """Create the task row of a submission (checked by ``tasks.submission.submit``); deliver it after commit unless it
     starts later."""
     new = NewTask(spec, input, deadline, client, scope, key, fingerprint, callback_url, start_at)
     task = Task.objects.create(**_task_values(new))
@@ -92,8 +94,7 @@ def task_create(
         "task submitted",
         extra={
             "event": "task_submitted",
-            "task_id": str(task.pk),
-            "pipeline": spec.name,
+            **task_fields(task),
             "start_at": start_at.isoformat() if delayed else None,
         },
     )
@@ -105,7 +106,7 @@ def tasks_create_many(*, new: Sequence[NewTask]) -> list[Task]:
     """Create the task rows of a batch in one statement, in order; deliver them after commit, several per job.
 
     The tasks of each queue go to it in chunks of ``RELIABILITY_BATCH_DELIVERY_SIZE`` in submission order, one
-    RQ job per chunk (``tasks.delivery.deliver_batches``); each task records its chunk's job (``batch_job``)
+    RQ job per chunk (``tasks.delivery.enqueue.deliver_batches``); each task records its chunk's job (``batch_job``)
     for the sweeper's lost-delivery check. A chunk of one is an ordinary delivery.
     """
     tasks = [Task(**_task_values(item)) for item in new]

@@ -18,9 +18,8 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from tasks import metrics
-from tasks.classify import Classification
 from tasks.conf import engine_settings
+from tasks.execution.classify import Classification
 from tasks.lifecycle.fenced_writes import task_save_guarded
 from tasks.models import (
     UNRESOLVED_STATUSES,
@@ -32,6 +31,7 @@ from tasks.models import (
     TaskState,
 )
 from tasks.models.door import door
+from tasks.observability import metrics
 from tasks.reason_texts import reason_params, reason_sentence_english
 from tasks.redaction import task_redactor
 

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from tasks import registry
-from tasks.delivery import NO_JOB_TIMEOUT, deliver_on_commit, get_queue
+from tasks.delivery.enqueue import NO_JOB_TIMEOUT, deliver_on_commit, get_queue
 from tasks.models import Task, TaskState
 from tasks.models.door import door
 

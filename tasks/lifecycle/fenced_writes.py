@@ -32,7 +32,7 @@ or, where the user may not create functions, is sent with its parameters
 each time; nothing relies on the session. A process that meets a pooler it
 was not told about (a prepared name missing or taken) says so in its log and
 goes the pooler's way from then on; the write that met it fails as any
-bookkeeping error does, and the lease hands the task on (``tasks.attempts``).
+bookkeeping error does, and the lease hands the task on (``tasks.execution.attempts``).
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ def one_statement() -> bool:
 
 @dataclass(frozen=True)
 class BoundarySignals:
-    """What a step's write found on its way: a cancel of the task, a pause of its pipeline (``tasks.runner``)."""
+    """What a step's write found on its way: a cancel of the task, a pause of its pipeline
+    (``tasks.execution.runner``)."""
 
     cancel_requested: bool = False
     paused: bool = False

@@ -1,7 +1,7 @@
 """Holds: a task that may not start yet waits QUEUED without a delivery, and is released when it may.
 
 The one writer of ``Task.hold``: a claim or a step boundary holds a task back (paused, concurrency, rate,
-``tasks.limits`` decides), and a release delivers it again: the run that frees a slot, a resume, a rate
+``tasks.execution.gates`` decides), and a release delivers it again: the run that frees a slot, a resume, a rate
 permit's time, and the sweeper's pass over every pipeline with held
 tasks, which catches anything the others missed. Every release is re-checked by the claim: a released task
 that still cannot start is held again.
@@ -17,13 +17,15 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from tasks import limits, metrics
-from tasks.delivery import deliver_many, deliver_on_commit
+from tasks.delivery.enqueue import deliver_many, deliver_on_commit
 from tasks.exceptions import LeaseLost
+from tasks.execution import gates
 from tasks.lifecycle.fenced_writes import task_save_guarded
-from tasks.limits_policy import Gate
 from tasks.models import Task, TaskHold, TaskState
 from tasks.models.door import door
+from tasks.observability import metrics
+from tasks.observability.log_fields import task_fields
+from tasks.pipelines.limits import Gate
 
 logger = logging.getLogger(__name__)
 
@@ -44,11 +46,11 @@ TASK_HOLD_FIELDS = [
 def task_hold(task: Task, hold: str, gate: Gate, *, wait: float | None = None) -> bool:
     """Hold ``task`` (QUEUED, or RUNNING at a step boundary) for ``hold``; False when someone else moved it first.
 
-    A rate hold is given its start time in line (``limits.rate_hold_seconds``).
+    A rate hold is given its start time in line (``gates.rate_hold_seconds``).
     """
     until = None
     if hold == TaskHold.RATE and gate.rate is not None:
-        seconds = limits.rate_hold_seconds(pipeline=task.pipeline, rate=gate.rate, wait=wait or 0.0)
+        seconds = gates.rate_hold_seconds(pipeline=task.pipeline, rate=gate.rate, wait=wait or 0.0)
         until = timezone.now() + timedelta(seconds=seconds)
     try:
         task_held(task=task, hold=hold, until=until)
@@ -59,7 +61,7 @@ def task_hold(task: Task, hold: str, gate: Gate, *, wait: float | None = None) -
 
 @door
 def task_held(*, task: Task, hold: str, until: datetime | None = None) -> None:
-    """Hold ``task`` back: QUEUED without a delivery until it may start (``tasks.limits``), no attempt used.
+    """Hold ``task`` back: QUEUED without a delivery until it may start (``tasks.execution.gates``), no attempt used.
 
     From a claim (the task was QUEUED) or at a step boundary (RUNNING: the
     lease is given back). A rate hold comes back by itself at ``until``;
@@ -81,10 +83,8 @@ def task_held(*, task: Task, hold: str, until: datetime | None = None) -> None:
         "task held",
         extra={
             "event": "task_held",
-            "task_id": str(task.pk),
-            "pipeline": task.pipeline,
+            **task_fields(task),
             "hold": hold,
-            "step": task.current_step,
             "until": until.isoformat() if until else "",
         },
     )
@@ -94,7 +94,7 @@ def run_ended(task: Task) -> None:
     """A run of ``task`` left RUNNING: with a concurrency limit, a held task may take its slot (after commit)."""
     gate = getattr(task, "run_gate", None)
     if gate is None:
-        gate = limits.gate_of(pipeline=task.pipeline)
+        gate = gates.gate_of(pipeline=task.pipeline)
     if gate.max_concurrency is not None:
         slot_freed(pipeline=task.pipeline)
 
@@ -109,7 +109,7 @@ def held_tasks_release(
 ) -> int:
     """Deliver up to ``limit`` of ``pipeline``'s tasks held for ``holds``, longest held first; how many.
 
-    ``overdue_only``: only tasks whose start time (``retry_at``) is ``limits.RATE_RELEASE_GRACE``
+    ``overdue_only``: only tasks whose start time (``retry_at``) is ``gates.RATE_RELEASE_GRACE``
     past. Each released task is delivered after commit and claimed as any
     other, so one that still cannot start is held again.
     """
@@ -117,7 +117,7 @@ def held_tasks_release(
         return 0
     held = Task.objects.filter(state=TaskState.QUEUED, pipeline=pipeline, hold__in=list(holds))
     if overdue_only:
-        held = held.filter(retry_at__lte=Now() - limits.RATE_RELEASE_GRACE)
+        held = held.filter(retry_at__lte=Now() - gates.RATE_RELEASE_GRACE)
     with transaction.atomic():
         rows = list(
             held.order_by("updated_at", "pk")
@@ -159,14 +159,17 @@ def hold_recheck(*, task_id, pipeline: str, hold: str) -> None:
 
     def recheck() -> None:
         try:
-            gate = limits.gate_of(pipeline=pipeline)
+            gate = gates.gate_of(pipeline=pipeline)
             if hold == TaskHold.PAUSED and gate.paused:
                 return
-            if hold == TaskHold.CONCURRENCY and (gate.paused or not limits.releasable(pipeline=pipeline, gate=gate)):
+            if hold == TaskHold.CONCURRENCY and (gate.paused or not gates.releasable(pipeline=pipeline, gate=gate)):
                 return
             held_tasks_release_one(task_id=task_id, pipeline=pipeline, hold=hold)
         except Exception:
-            logger.warning("held task recheck failed", extra={"event": "release_failed", "task_id": str(task_id)})
+            logger.warning(
+                "held task recheck failed",
+                extra={"event": "release_failed", "task_id": str(task_id), "pipeline": pipeline},
+            )
 
     transaction.on_commit(recheck)
 
@@ -199,21 +202,19 @@ def held_tasks_sweep() -> int:
     held = Task.objects.filter(state=TaskState.QUEUED).exclude(hold=TaskHold.NONE)
     for pipeline in _pipelines_with_held_tasks():
         urgent = list(
-            held.filter(pipeline=pipeline, deadline__lte=Now()).values_list("pk", flat=True)[
-                : limits.RELEASE_BATCH_SIZE
-            ]
+            held.filter(pipeline=pipeline, deadline__lte=Now()).values_list("pk", flat=True)[: gates.RELEASE_BATCH_SIZE]
         )
         for task_id in urgent:
             released += held_tasks_release_one(task_id=task_id, pipeline=pipeline)
-        gate = limits.gate_of(pipeline=pipeline)
+        gate = gates.gate_of(pipeline=pipeline)
         released += held_tasks_release(
             pipeline=pipeline,
             holds=[TaskHold.CONCURRENCY, TaskHold.PAUSED],
-            limit=limits.releasable(pipeline=pipeline, gate=gate),
+            limit=gates.releasable(pipeline=pipeline, gate=gate),
         )
         if not gate.paused:
             released += held_tasks_release(
-                pipeline=pipeline, holds=[TaskHold.RATE], limit=limits.RELEASE_BATCH_SIZE, overdue_only=True
+                pipeline=pipeline, holds=[TaskHold.RATE], limit=gates.RELEASE_BATCH_SIZE, overdue_only=True
             )
     return released
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.db import connection
 
-from tasks.claim import lease_seconds
 from tasks.exceptions import LeaseLost
+from tasks.execution.claim import lease_seconds
 from tasks.lifecycle.fenced_writes import one_statement
 from tasks.models import LEASED_STATES, Task, lease_expiry
 from tasks.models.door import door

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from django.db import transaction
 from django_fsm import ConcurrentTransition
 
-from tasks.delivery import deliver_on_commit
+from tasks.delivery.enqueue import deliver_on_commit
 from tasks.exceptions import LeaseLost, TaskNotActionable
 from tasks.lifecycle.dead_letters import dead_letter_resolve, dead_letter_set_status
 from tasks.models import Checkpoint, DLQStatus, ResolutionCode, Task, TaskState

@@ -4,7 +4,7 @@ Each function writes one outcome in one transaction: the fenced task update
 first (so a zombie stops before writing anything else), then the attempt
 row, checkpoint, ledger rows and dead-letter item of the same outcome, and
 the delivery that follows it on commit, and the completion callback of a
-terminal state (``tasks.callbacks``). A step that succeeded, the hot path,
+terminal state (``tasks.outbound.callback_events``). A step that succeeded, the hot path,
 is one fenced statement that does all of it (``tasks.lifecycle.fenced_writes``):
 atomic by itself, one round trip. Metrics count an outcome once it commits.
 """
@@ -21,16 +21,14 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from tasks import metrics, registry
-from tasks.attempts import AttemptRecord
-from tasks.attributes import attributes_changed
-from tasks.callbacks import callback_submit
-from tasks.claim import Claim, lease_seconds
-from tasks.classify import Classification
-from tasks.compensation_plan import compensation_targets
+from tasks import registry
 from tasks.conf import engine_settings
-from tasks.delivery import deliver_on_commit
+from tasks.delivery.enqueue import deliver_on_commit
 from tasks.exceptions import UnknownPipeline
+from tasks.execution.attempts import AttemptRecord
+from tasks.execution.claim import Claim, lease_seconds
+from tasks.execution.classify import Classification
+from tasks.execution.compensation_plan import compensation_targets
 from tasks.lifecycle.dead_letters import dead_letter_open, dead_letter_resolve, dead_letter_set_status
 from tasks.lifecycle.fenced_writes import NewRow, task_save_fenced, task_save_guarded
 from tasks.lifecycle.holds import run_ended
@@ -49,7 +47,11 @@ from tasks.models import (
     TaskState,
 )
 from tasks.models.door import door
-from tasks.pipelines import FailurePolicy
+from tasks.observability import metrics
+from tasks.observability.log_fields import task_fields
+from tasks.outbound.callback_events import callback_submit
+from tasks.pipelines.attributes import attributes_changed
+from tasks.pipelines.pipeline import FailurePolicy
 from tasks.redaction import task_redactor
 
 logger = logging.getLogger(__name__)
@@ -149,7 +151,7 @@ def step_succeeded(
         _save_step(task, TASK_FINISH_FIELDS + extra_fields, record, output, used_keys, has_compensation)
     else:
         task.advance()
-        # The write also says whether a cancel or a pause came in: read at the step boundary (tasks.runner).
+        # The write also says whether a cancel or a pause came in: read at the step boundary (tasks.execution.runner).
         _save_step(task, TASK_PROGRESS_FIELDS + extra_fields, record, output, used_keys, has_compensation, signals=True)
     if is_last:
         run_ended(task)
@@ -208,14 +210,14 @@ def _save_step(
 
 @door
 def task_steps_redeclared(*, claim: Claim, step_names: list[str]) -> None:
-    """Record that the claimed task goes on with its pipeline's steps as now declared (``tasks.pipeline_changes``)."""
+    """Record that the claimed task goes on with its pipeline's steps as now declared (``tasks.pipelines.changes``)."""
     task = claim.task
     task.step_names = list(step_names)
     task.total_steps = len(step_names)
     task_save_fenced(task, TASK_STEPS_FIELDS)
     logger.info(
         "task follows its pipeline's new steps",
-        extra={"event": "task_steps_redeclared", "task_id": str(task.pk), "steps": ", ".join(step_names)},
+        extra={"event": "task_steps_redeclared", **task_fields(task), "steps": ", ".join(step_names)},
     )
 
 
@@ -234,9 +236,7 @@ def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datet
         "retry scheduled",
         extra={
             "event": "retry_scheduled",
-            "task_id": str(task.pk),
-            "step": record.step_name,
-            "attempt": record.attempt,
+            **task_fields(task, step_index=record.step_index, step=record.step_name, attempt=record.attempt),
             "delay": round(record.retry_delay or 0.0, 3),
             "error_code": record.error.code if record.error else "",
         },
@@ -245,8 +245,8 @@ def step_retry_scheduled(*, claim: Claim, record: AttemptRecord, retry_at: datet
 
 def _retry_of_recorded(task: Task, record: AttemptRecord | None) -> list[str]:
     """With tracing on, the failed attempt's span becomes the task's ``retry_of`` (the step's next attempt of this
-    generation, in a later run, a retry's or an operator's, links to it: ``tasks.tracing``); the fields this adds
-    to the write."""
+    generation, in a later run, a retry's or an operator's, links to it: ``tasks.observability.tracing``); the fields
+    this adds to the write."""
     if record is None or not record.traceparent:
         return []
     retry_of = {
@@ -306,9 +306,7 @@ def task_failed(
         "task failed",
         extra={
             "event": "task_failed",
-            "task_id": str(task.pk),
-            "pipeline": task.pipeline,
-            "step": step_name,
+            **task_fields(task, step_index=step_index, step=step_name),
             "reason": reason,
             "error_code": error.code,
         },
@@ -354,7 +352,11 @@ def lease_expired(*, task: Task) -> LeaseExpiry:
         deliver_on_commit(task.pk, task.fencing_token, pipeline=task.pipeline)
         logger.warning(
             "lease expired; task re-queued",
-            extra={"event": "lease_expired", "task_id": str(task.pk), "crashes": task.crash_count},
+            extra={
+                "event": "lease_expired",
+                **task_fields(task, step_index=record.step_index, step=record.step_name, attempt=record.attempt),
+                "crashes": task.crash_count,
+            },
         )
         return LeaseExpiry.REQUEUED
     task.count_lost_lease()
@@ -423,7 +425,7 @@ def compensation_finished(*, task: Task, errors: list[str], code: str = COMPENSA
         "compensation finished",
         extra={
             "event": "compensation_failed" if errors else "task_compensated",
-            "task_id": str(task.pk),
+            **task_fields(task),
             "state": task.state,
         },
     )
@@ -482,10 +484,8 @@ def task_cancelled(
         "task cancelled",
         extra={
             "event": "task_cancelled",
-            "task_id": str(task.pk),
-            "pipeline": task.pipeline,
+            **task_fields(task, step=step_name),
             "state": task.state,
-            "step": step_name,
             "by": task.cancel_requested_by,
         },
     )

@@ -46,10 +46,10 @@ from django.db import connection, models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from tasks import metrics
 from tasks.conf import engine_settings
 from tasks.lifecycle.purge import tasks_purge
 from tasks.models import TERMINAL_STATES, DeadLetter, DLQStatus, IdempotencyRecord, RetentionPurge, Task
+from tasks.observability import metrics
 
 logger = logging.getLogger(__name__)
 

@@ -28,11 +28,12 @@ from django.utils import timezone
 
 from tasks import registry
 from tasks.exceptions import ConfigurationError, ReliabilityError, ScheduleRefused
-from tasks.lifecycle.controls import operator_reason
+from tasks.lifecycle.operator_changes import ChangeKind, change_saved
 from tasks.models import TERMINAL_STATES, PipelineSchedule, ScheduleRun, ScheduleSource, Task
 from tasks.models.door import door
-from tasks.schedules import Schedule, name_check
-from tasks.submission import task_submit
+from tasks.pipelines.schedules import Schedule, name_check
+from tasks.selectors.schedules import declared_schedules, schedule_of
+from tasks.submission.submit import task_submit
 
 logger = logging.getLogger(__name__)
 
@@ -64,20 +65,6 @@ def slot_key(name: str, slot: datetime) -> str:
     return f"{KEY_PREFIX}:{name}:{slot.astimezone(UTC).isoformat().replace('+00:00', 'Z')}"
 
 
-def schedule_of(row: PipelineSchedule) -> Schedule:
-    """The ``Schedule`` value of a row (its definition as stored)."""
-    return Schedule(
-        cron=row.cron or None,
-        every=timedelta(seconds=row.every_seconds) if row.every_seconds is not None else None,
-        timezone=row.timezone,
-        input=row.input if row.input is not None else {},
-        name=row.name,
-        overlap=row.overlap,
-        catch_up_window=timedelta(seconds=row.catch_up_seconds) if row.catch_up_seconds is not None else None,
-        pipeline=row.pipeline,
-    )
-
-
 def _definition(schedule: Schedule) -> dict[str, Any]:
     """The row's fields that hold ``schedule``'s definition."""
     window = schedule.catch_up_window
@@ -89,15 +76,6 @@ def _definition(schedule: Schedule) -> dict[str, Any]:
         "input": schedule.input,
         "overlap": str(schedule.overlap),
         "catch_up_seconds": window.total_seconds() if window is not None else None,
-    }
-
-
-def declared_schedules() -> dict[str, Schedule]:
-    """Every registered pipeline's schedules, by name."""
-    return {
-        schedule.name: schedule
-        for pipeline in registry.all_pipelines()
-        for schedule in getattr(pipeline, "schedules", ())
     }
 
 
@@ -246,14 +224,16 @@ def schedule_add(
     )
     try:
         with transaction.atomic():
-            row = PipelineSchedule.objects.create(
+            row = PipelineSchedule(
                 name=schedule.name,
                 source=ScheduleSource.CONSOLE,
                 next_slot_at=schedule.slot_after(timezone.now()),
                 changed_by=actor[:150],
                 **_definition(schedule),
             )
-            _changed(row, SCHEDULE_ADDED, actor, reason, {}, client_ip)
+            change_saved(
+                SCHEDULE_CHANGE, row, action=SCHEDULE_ADDED, actor=actor, reason=reason, before={}, client_ip=client_ip
+            )
     except IntegrityError:
         raise ScheduleRefused(
             f"a schedule named {schedule.name!r} exists already", code="name_taken", details={"name": schedule.name}
@@ -300,8 +280,15 @@ def schedule_change(
         row.next_slot_at = schedule.slot_after(timezone.now())
         row.changed_by = actor[:150]
         row.last_error = ""
-        row.save()
-        _changed(row, SCHEDULE_CHANGED, actor, reason, before, client_ip)
+        change_saved(
+            SCHEDULE_CHANGE,
+            row,
+            action=SCHEDULE_CHANGED,
+            actor=actor,
+            reason=reason,
+            before=before,
+            client_ip=client_ip,
+        )
     return row
 
 
@@ -315,8 +302,9 @@ def schedule_pause(*, schedule_id: int, actor: str, reason: str, client_ip: str 
                 f"schedule {row.name!r} is already paused", code="already_paused", details={"name": row.name}
             )
         row.paused, row.paused_at, row.paused_by = True, timezone.now(), actor[:150]
-        row.save()
-        _changed(row, SCHEDULE_PAUSED, actor, reason, before, client_ip)
+        change_saved(
+            SCHEDULE_CHANGE, row, action=SCHEDULE_PAUSED, actor=actor, reason=reason, before=before, client_ip=client_ip
+        )
     return row
 
 
@@ -330,8 +318,15 @@ def schedule_resume(*, schedule_id: int, actor: str, reason: str, client_ip: str
         row.paused = False
         if row.next_slot_at is not None:
             row.next_slot_at = schedule_of(row).slot_after(timezone.now())
-        row.save()
-        _changed(row, SCHEDULE_RESUMED, actor, reason, before, client_ip)
+        change_saved(
+            SCHEDULE_CHANGE,
+            row,
+            action=SCHEDULE_RESUMED,
+            actor=actor,
+            reason=reason,
+            before=before,
+            client_ip=client_ip,
+        )
     return row
 
 
@@ -356,16 +351,12 @@ def schedule_snapshot(row: PipelineSchedule) -> dict[str, Any]:
     return {"paused": row.paused, "definition": schedule_of(row).describe(), "input": row.input}
 
 
-def _changed(row: PipelineSchedule, action: str, actor: str, reason: str, before: dict, client_ip: str | None) -> None:
-    reason = operator_reason(reason, ScheduleRefused)  # inside the change's transaction: refused, nothing is kept
-    schedule_changed.send(
-        sender=PipelineSchedule,
-        schedule=row,
-        action=action,
-        actor=actor,
-        reason=reason,
-        before=before,
-        after=schedule_snapshot(row),
-        client_ip=client_ip,
-    )
-    logger.info("schedule changed", extra={"event": action, "schedule": row.name, "by": actor})
+SCHEDULE_CHANGE = ChangeKind(
+    signal=schedule_changed,
+    sender=PipelineSchedule,
+    row_argument="schedule",
+    snapshot=schedule_snapshot,
+    refusal=ScheduleRefused,
+    log_message="schedule changed",
+    log_fields=lambda row: {"schedule": row.name},  # not its input: it may hold what a log must not
+)

@@ -31,6 +31,7 @@ from tasks.json_text import unstorable_json
 from tasks.lifecycle.deliveries import wait_ended
 from tasks.models import TERMINAL_STATES, Signal, Task, TaskState, WaitKind
 from tasks.models.door import door
+from tasks.observability.log_fields import task_fields
 from tasks.redaction import task_redactor
 
 logger = logging.getLogger(__name__)
@@ -128,6 +129,6 @@ def task_signal(
             wait_ended(task=task)
     logger.info(
         "signal received",
-        extra={"event": "signal_received", "task_id": str(task.pk), "signal": name, "woke": woke, "by": sent_by},
+        extra={"event": "signal_received", **task_fields(task), "signal": name, "woke": woke, "by": sent_by},
     )
     return SignalResult(signal=signal, replayed=False, woke=woke)

@@ -15,12 +15,13 @@ from datetime import datetime
 
 from django.db import transaction
 
-from tasks.claim import Claim
+from tasks.execution.claim import Claim
 from tasks.lifecycle.deliveries import wait_ended
 from tasks.lifecycle.fenced_writes import task_save_guarded
 from tasks.lifecycle.holds import run_ended
 from tasks.models import Signal, WaitKind
 from tasks.models.door import door
+from tasks.observability.log_fields import task_fields
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +61,7 @@ def task_waits(*, claim: Claim, step: str, until: datetime, signal: bool) -> Non
         "task waiting",
         extra={
             "event": "task_waiting",
-            "task_id": str(task.pk),
-            "pipeline": task.pipeline,
-            "step": step,
+            **task_fields(task, step=step),
             "for": "signal" if signal else "time",
             "until": until.isoformat(),
             "woken": woken,

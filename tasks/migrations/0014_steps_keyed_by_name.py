@@ -10,7 +10,7 @@ Existing rows are converted:
   after the deploy, one UPDATE per pipeline); otherwise the names the task's
   own checkpoints and step attempts carry, ordered by step index. A task
   that ran under an older declaration is then checked at its next claim
-  against its checkpoints, which say what really ran (tasks.pipeline_changes).
+  against its checkpoints, which say what really ran (tasks.pipelines.changes).
 - ``Checkpoint.has_compensation`` stays NULL ("unknown") on existing rows:
   compensation then skips a step that declares no compensation, as before,
   and fails with a reason only when the step is gone altogether.

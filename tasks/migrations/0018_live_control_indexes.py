@@ -2,7 +2,7 @@
 
 - ``task_held_idx (pipeline, updated_at, id) WHERE state = 'queued' AND hold
   <> ''``: the tasks waiting for their pipeline's pause or limits to let them
-  start, oldest first per pipeline (``tasks.limits`` releases them). Only
+  start, oldest first per pipeline (``tasks.execution.gates`` releases them). Only
   held tasks are in it, so submissions and steps cost it nothing.
 - ``task_cancel_pending_idx (cancel_requested_at) WHERE cancel_requested_at
   IS NOT NULL AND state IN ('queued', 'retry_scheduled')``: cancels the

@@ -1,4 +1,4 @@
-"""Search attributes (tasks.attributes): a NULL jsonb column of the task, added without rewriting or scanning
+"""Search attributes (tasks.pipelines.attributes): a NULL jsonb column of the task, added without rewriting or scanning
 the table (PostgreSQL stores no value for the existing rows)."""
 
 from django.db import migrations, models

@@ -1,4 +1,4 @@
-"""The index behind a search by attribute (tasks.attributes): GIN with ``jsonb_path_ops`` on the task's
+"""The index behind a search by attribute (tasks.pipelines.attributes): GIN with ``jsonb_path_ops`` on the task's
 ``attributes``, which answers ``attributes @> '{"order_id": "A1001"}'`` for any declared name (the names are
 the pipelines', not the schema's: one index serves them all). A task without attributes (NULL) has no entry.
 

@@ -1,4 +1,4 @@
-"""Traces (tasks.tracing): the W3C trace context a task's runs continue, a NULL jsonb column added without
+"""Traces (tasks.observability.tracing): the W3C trace context a task's runs continue, a NULL jsonb column added without
 rewriting or scanning the table (PostgreSQL stores no value for the existing rows)."""
 
 from django.db import migrations, models

@@ -1,6 +1,6 @@
 """The engine's durable state, one module per concept; import models from here."""
 
-from tasks.models.dead_letter import UNRESOLVED_STATUSES, DeadLetter, DLQStatus, ResolutionCode
+from tasks.models.dead_letter import UNRESOLVED_STATUSES, DeadLetter, DLQStatus, ResolutionCode, resolution_label
 from tasks.models.pipeline_control import ConcurrencySlot, PipelineControl, RatePermit
 from tasks.models.retention import RetentionPurge
 from tasks.models.schedules import PipelineSchedule, ScheduleRun, ScheduleSource
@@ -52,4 +52,5 @@ __all__ = [
     "TaskState",
     "WaitKind",
     "lease_expiry",
+    "resolution_label",
 ]

@@ -1,4 +1,4 @@
-"""Live control of a pipeline: paused or not, and limits that override the code's (``tasks.limits``).
+"""Live control of a pipeline: paused or not, and limits that override the code's (``tasks.execution.gates``).
 
 A row exists for a pipeline once someone paused it or changed its limits,
 or once a worker needed its slots or permits; a pipeline without a row runs
@@ -28,7 +28,7 @@ class PipelineControl(models.Model):
     rate_overridden = models.BooleanField(_("rate limit overridden"), default=False)
     rate_limit = models.CharField(_("rate limit"), max_length=20, blank=True, default="")
     # The latest start time handed to a task held by the rate limit: the next one waits a step past it,
-    # so held tasks come back spread at the rate instead of all at once (tasks.limits).
+    # so held tasks come back spread at the rate instead of all at once (tasks.execution.gates).
     rate_horizon = models.DateTimeField(null=True, blank=True, editable=False)
     limits_changed_at = models.DateTimeField(_("limits changed at"), null=True, blank=True)
     limits_changed_by = models.CharField(_("limits changed by"), max_length=150, blank=True, default="")

@@ -23,7 +23,7 @@ class PipelineSchedule(models.Model):
 
     name = models.CharField(_("name"), max_length=150, unique=True)
     pipeline = models.CharField(_("pipeline"), max_length=100)
-    # The definition (tasks.schedules.Schedule): a cron expression in a time zone, or an interval in seconds.
+    # The definition (tasks.pipelines.schedules.Schedule): a cron expression in a time zone, or an interval in seconds.
     cron = models.CharField(_("cron"), max_length=100, blank=True, default="")
     every_seconds = models.FloatField(_("every (seconds)"), null=True, blank=True)
     timezone = models.CharField(_("time zone"), max_length=64, default="UTC")

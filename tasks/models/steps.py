@@ -21,7 +21,7 @@ class AttemptOutcome(models.TextChoices):
     TIMEOUT = "timeout", _("timed out")
     CRASHED = "crashed", _("worker lost (lease expired)")
     SKIPPED_DEADLINE = "deadline_exceeded", _("not started: deadline exceeded")
-    # Interrupted by a cancel while it waited (tasks.interrupts): it may have acted, like a timeout.
+    # Interrupted by a cancel while it waited (tasks.execution.interrupts): it may have acted, like a timeout.
     CANCELLED = "cancelled", _("interrupted: task cancelled")
 
 
@@ -47,8 +47,9 @@ class StepAttempt(models.Model):
     traceback = models.TextField(blank=True, default="")
     retry_delay_seconds = models.FloatField(null=True, blank=True, help_text=_("delay before the next attempt"))
     retry_after_seconds = models.FloatField(null=True, blank=True, help_text=_("Retry-After sent by the far side"))
-    # What the step logged during the attempt (tasks.attempt_log), redacted: a list of {"at", "level", "logger",
-    # "message"}, its first lines within RELIABILITY_ATTEMPT_LOG_LINES and _BYTES; NULL when it logged nothing.
+    # What the step logged during the attempt (tasks.observability.attempt_log), redacted: a list of {"at", "level",
+    # "logger", "message"}, its first lines within RELIABILITY_ATTEMPT_LOG_LINES and _BYTES; NULL when it logged
+    # nothing.
     log = models.JSONField(null=True, blank=True, help_text=_("what the step logged during the attempt"))
     # Lines past those limits, counted, not kept. A database default too: rows written by raw SQL get 0. Not a
     # PositiveIntegerField: its CHECK would make adding the column scan the whole table under an exclusive lock.

@@ -17,7 +17,7 @@ class ApiClient(models.Model):
     )
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     revoked_at = models.DateTimeField(_("revoked"), null=True, blank=True)
-    # The HMAC key of the client's completion callbacks (tasks.callbacks). Stored as is (an HMAC
+    # The HMAC key of the client's completion callbacks (tasks.outbound.callback_events). Stored as is (an HMAC
     # needs the key itself); after a rotation the previous one signs too until it expires.
     signing_secret = models.CharField(_("signing secret"), max_length=100, blank=True, default="")
     previous_signing_secret = models.CharField(_("previous signing secret"), max_length=100, blank=True, default="")

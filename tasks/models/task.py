@@ -51,14 +51,15 @@ class FailureReason(models.TextChoices):
     DEADLINE_EXCEEDED = "deadline_exceeded", _("deadline exceeded")
     CRASH_LOOP = "crash_loop", _("crash loop")
     COMPENSATION_FAILED = "compensation_failed", _("compensation failed")
-    # The pipeline's completed steps are no longer its first steps (tasks.pipeline_changes).
+    # The pipeline's completed steps are no longer its first steps (tasks.pipelines.changes).
     PIPELINE_CHANGED = "pipeline_changed", _("pipeline changed")
     # A client or an operator cancelled it (its dead letter: compensation could not finish, or cancels are parked).
     CANCELLED = "cancelled", _("cancelled")
 
 
 class TaskHold(models.TextChoices):
-    """Why a QUEUED task waits without a delivery (``tasks.limits``): it starts when released, attempts unused."""
+    """Why a QUEUED task waits without a delivery (``tasks.execution.gates``): it starts when released, attempts
+    unused."""
 
     NONE = "", _("not held")
     PAUSED = "paused", _("pipeline paused")
@@ -89,7 +90,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
     # The pipeline's step names as declared when the task was submitted (or
     # last continued on a changed declaration): current_step indexes this
     # list, and a worker compares it with the pipeline it runs
-    # (tasks.pipeline_changes). Rows written by tools that bypass submission
+    # (tasks.pipelines.changes). Rows written by tools that bypass submission
     # get the database default, an empty list: "as now declared".
     step_names = models.JSONField(default=list, db_default=[], blank=True)
     step_attempt = models.PositiveIntegerField(default=0, help_text=_("attempts made at the current step"))
@@ -101,7 +102,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
     deadline = models.DateTimeField(null=True, blank=True)
     # When a scheduled retry is due; for a task held by its pipeline's rate limit, or waiting, when it may start.
     retry_at = models.DateTimeField(null=True, blank=True)
-    # Why a QUEUED task waits without a job (tasks.limits); "" for every other task. The sweeper's
+    # Why a QUEUED task waits without a job (tasks.execution.gates); "" for every other task. The sweeper's
     # lost-delivery check skips held tasks: they are released (delivered) when they may start.
     hold = models.CharField(max_length=16, choices=TaskHold.choices, blank=True, default="", db_default="")
     # What a WAITING task waits for (its time is retry_at); "" for every other task.
@@ -141,21 +142,22 @@ class Task(ConcurrentTransitionMixin, models.Model):
     idempotency_scope = models.CharField(max_length=100, blank=True, default="")
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True, default="")
-    # Search attributes (tasks.attributes): the declared business keys of the task as text, from its input and
+    # Search attributes (tasks.pipelines.attributes): the declared business keys of the task as text, from its input and
     # its steps' ctx.set_attributes; NULL when it has none. A GIN index (jsonb_path_ops, migration 0029) answers
     # a containment search; it is not in the model state (built CONCURRENTLY in raw SQL, as 0005's).
     attributes = models.JSONField(_("search attributes"), null=True, blank=True)
-    # The W3C trace context the task's runs belong to (tasks.tracing, RELIABILITY_TRACING): {"traceparent",
-    # "tracestate"} of the span that submitted it, and "retry_of" (the step, attempt and traceparent of the last
+    # The W3C trace context the task's runs belong to (tasks.observability.tracing, RELIABILITY_TRACING):
+    # {"traceparent", "tracestate"} of the span that submitted it, and "retry_of" (the step, attempt and traceparent of
+    # the last
     # failed attempt, which the next attempt's span links to). NULL when it was submitted with tracing off.
     trace_context = models.JSONField(_("trace context"), null=True, blank=True)
-    # Where the engine POSTs the task's terminal state (tasks.callbacks); empty: no callback.
+    # Where the engine POSTs the task's terminal state (tasks.outbound.callback_events); empty: no callback.
     # The database default too: code that inserts tasks without the column (the
     # previous release during a rolling deploy, devtools' SQL) still works.
     callback_url = models.CharField(_("callback URL"), max_length=2048, blank=True, default="", db_default="")
-    # The RQ job that carries this task's first delivery together with others of its batch (tasks.batches); it
-    # counts only until the task is first claimed or held (fencing token 0) or delivered again, which clears it.
-    # Empty: every delivery is a job of the task's own (tasks.delivery.job_id).
+    # The RQ job that carries this task's first delivery together with others of its batch (tasks.submission.batches);
+    # it counts only until the task is first claimed or held (fencing token 0) or delivered again, which clears it.
+    # Empty: every delivery is a job of the task's own (tasks.delivery.enqueue.job_id).
     batch_job = models.CharField(max_length=64, blank=True, default="", db_default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
@@ -173,7 +175,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
             models.Index(fields=["client", "-created_at", "-id"], name="task_client_created_idx"),
             models.Index(fields=["state", "lease_expires_at"], name="task_state_lease_idx"),
             models.Index(fields=["state", "retry_at"], name="task_state_retry_idx"),
-            # The sweeper walks waiting tasks oldest first by keyset on (updated_at, id) (tasks.sweeper).
+            # The sweeper walks waiting tasks oldest first by keyset on (updated_at, id) (tasks.delivery.sweeper).
             models.Index(fields=["state", "updated_at", "id"], name="task_state_updated_id_idx"),
             models.Index(fields=["pipeline", "-created_at"], name="task_pipeline_created_idx"),
             models.Index(fields=["-created_at"], name="task_created_idx"),
@@ -278,7 +280,7 @@ class Task(ConcurrentTransitionMixin, models.Model):
         else:
             # Held by its claim: the delivery that brought it ends here, its RQ job still running, and RQ
             # deletes that job id when the job returns. The release is a new delivery: a new token, so a
-            # new job id (``tasks.delivery.job_id``) that the finishing job cannot take with it.
+            # new job id (``tasks.delivery.enqueue.job_id``) that the finishing job cannot take with it.
             self.fencing_token += 1
         self.hold = hold
         self.retry_at = until

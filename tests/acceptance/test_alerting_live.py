@@ -11,10 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from dlq.alerting.models import AlertChannel, AlertEvent, AlertRule
 from dlq.alerting.rules import alerts_evaluate
 from dlq.models import DLQItem
+from tasks.execution.runner import task_run
 from tasks.models import AttemptKind, DLQStatus, StepAttempt, Task
 from tasks.models.door import door_forced
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import ManagedProcess, manage, pid_of_owner, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

@@ -17,7 +17,7 @@ from django.test import Client
 
 from tasks.lifecycle.clients import api_client_create
 from tasks.models import ApiClient, DeadLetter, StepAttempt, Task
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

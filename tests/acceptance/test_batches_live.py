@@ -8,9 +8,9 @@ from django.conf import settings
 from redis import Redis
 from rq import Worker
 
-from tasks.batches import task_submit_many
 from tasks.models import AttemptKind, StepAttempt, Task, TaskState
-from tasks.submission import task_submit
+from tasks.submission.batches import task_submit_many
+from tasks.submission.submit import task_submit
 from tests.support import attempt_intervals, most_at_once, pid_of_owner, wait_for, work_intervals
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

@@ -7,9 +7,9 @@ import socket
 import pytest
 import requests
 
-from tasks.callbacks import CALLBACK_PIPELINE
 from tasks.lifecycle.clients import api_client_create, api_client_signing_secret
 from tasks.models import DeadLetter, SideEffect, StepAttempt, Task
+from tasks.outbound.callback_events import CALLBACK_PIPELINE
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from dlq.models import AuditEntry
-from tasks.delivery import get_queue, job_id
+from tasks.delivery.enqueue import get_queue, job_id
 from tasks.lifecycle import cancellation
 from tasks.lifecycle.clients import api_client_create
 from tasks.models import AttemptKind, AttemptOutcome, EffectStatus, SideEffect, StepAttempt, Task
@@ -143,7 +143,8 @@ def test_a_queued_task_is_cancelled_at_once_its_job_does_nothing_and_a_finished_
     assert delivery in get_queue().get_job_ids()
     pool = start_workers(1)
     wait_for(lambda: get_queue().fetch_job(delivery) is None, timeout=60, message="the cancelled task's job to run")
-    assert f"event=delivery_skipped task_id={task_id}" in pool.workers[0].output()
+    skipped = [line for line in pool.workers[0].output().splitlines() if "event=delivery_skipped" in line]
+    assert [line for line in skipped if f"task_id={task_id}" in line and "pipeline=" in line], skipped
     assert steps_started(task_id) == [] and compensations(task_id) == []
     assert platform.calls(task_id=task_id) == []
 
@@ -204,6 +205,12 @@ def _cancelled_while_waiting(platform, task_id, pool) -> Task:
     assert not steps_called(platform, task_id) & {"lc_three", "lc_four"}
     assert set(LIVE_CANCEL_STEPS) - set(steps_started(task_id)) == {"lc_three", "lc_four"}
     assert not task.in_dlq
+    # The worker's line of the interrupt (written on the thread that saw the cancel) names the attempt it stopped.
+    output = "".join(worker.output() for worker in pool.workers)
+    interrupted = [line for line in output.splitlines() if "event=attempt_interrupted" in line and task_id in line]
+    assert interrupted and all(
+        f"pipeline={PIPELINE} " in line and "step=lc_two step_index=1 " in line for line in interrupted
+    ), interrupted
     return task
 
 
@@ -240,7 +247,7 @@ def test_a_sleeping_step_is_interrupted_by_the_heartbeat_when_the_cancel_command
 ):
     # The canceller (this process) tells no worker: the worker's heartbeat (a third of the 3 s lease) must see
     # the request on the task's row and stop the step, asleep for a minute.
-    from tasks.submission import task_submit
+    from tasks.submission.submit import task_submit
 
     monkeypatch.setattr(cancellation, "_tell_lease_holder", lambda **_: None)
     pool = start_workers(1)

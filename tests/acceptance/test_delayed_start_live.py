@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from tasks.models import AttemptKind, StepAttempt, Task, TaskState
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

@@ -110,7 +110,7 @@ SHOP_FILES = {
     """,
     "pipelines.py": """
         from shop.models import Order
-        from tasks.pipelines import Pipeline
+        from tasks import Pipeline
 
         fulfilment = Pipeline("shop_fulfilment")
 
@@ -137,7 +137,7 @@ from django.utils import timezone
 from shop.models import Order
 from shop.tasks import order_create, order_create_after_a_blip, order_refuse
 from tasks.models import DeadLetter, Task
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 
 WAIT_SECONDS = {wait}
 

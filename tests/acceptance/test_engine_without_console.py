@@ -21,7 +21,7 @@ SNIPPET = """
 import json, sys
 import django
 django.setup()
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tasks.models import DeadLetter, Task
 if sys.argv[1] == "submit":
     print(task_submit(pipeline="t_local", input={"fail_b": "permanent"}).pk)

@@ -24,7 +24,7 @@ import pytest
 import requests
 
 from devtools import postgres
-from tasks.context import effect_key
+from tasks.execution.context import effect_key
 from tasks.lifecycle.clients import api_client_create
 from tasks.models import SideEffect, Task
 from tests.support import LOG_DIR, ROOT, ApiServer, ManagedProcess, process_env, wait_for

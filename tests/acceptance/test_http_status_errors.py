@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tasks.models import Task
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

@@ -19,8 +19,8 @@ from rq.job import JobStatus
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
+from tasks.delivery.worker import ReliabilityJob
 from tasks.registry import RUN_TASK_ENTRY_POINT
-from tasks.worker import ReliabilityJob
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

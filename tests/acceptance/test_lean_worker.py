@@ -1,4 +1,4 @@
-"""The lean worker loop (``tasks.worker.ReliabilityWorker``) keeps what RQ and its tools read of a worker true.
+"""The lean worker loop (``tasks.delivery.worker.ReliabilityWorker``) keeps what RQ and its tools read of a worker true.
 
 Fewer heartbeats and state writes, and a job finished in one pipeline, must
 not change what ``rq info``, the console's queue page and RQ's registries
@@ -18,8 +18,8 @@ from rq import Worker
 from rq.registry import StartedJobRegistry
 
 from tasks import task_submit
+from tasks.delivery.worker import WORKER_HEARTBEAT_SECONDS
 from tasks.models import Task, TaskState
-from tasks.worker import WORKER_HEARTBEAT_SECONDS
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

@@ -19,10 +19,10 @@ from django.db import connection
 from rq import Worker
 
 from dlq.models import AuditEntry
-from tasks.delivery import get_queue, redis_client
+from tasks.delivery.enqueue import get_queue, redis_client
 from tasks.lifecycle.controls import pipeline_limits_reset, pipeline_limits_set, pipeline_pause, pipeline_resume
 from tasks.models import AttemptOutcome, RatePermit, StepAttempt, Task
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import attempt_intervals, most_at_once, pid_of_owner, wait_for, work_intervals
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

@@ -17,7 +17,7 @@ from django.contrib.auth.models import Group
 from dlq.actions import dlq_item_act
 from dlq.roles import roles_setup
 from tasks.models import Checkpoint, DeadLetter, Task
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

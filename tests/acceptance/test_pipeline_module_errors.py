@@ -26,7 +26,7 @@ START_TIMEOUT_SECONDS = 60
 MODULES = {
     "acme_missing.orders": None,
     "acme_raises": (
-        "from tasks.pipelines import Pipeline\n\norders = Pipeline('acme_raises')\nCHARGE_URL = base_url + '/charges'\n"
+        "from tasks import Pipeline\n\norders = Pipeline('acme_raises')\nCHARGE_URL = base_url + '/charges'\n"
     ),
     "acme_syntax": "def charge(ctx:\n    return {}\n",
 }

@@ -15,9 +15,9 @@ import pytest
 from rq import Worker
 
 from devtools.backlog import backlog_create
-from tasks.delivery import redis_client
+from tasks.delivery.enqueue import redis_client
 from tasks.models import StepAttempt, Task
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import ManagedProcess, manage, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

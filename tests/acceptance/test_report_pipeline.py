@@ -10,10 +10,10 @@ import pytest
 from rq import Worker
 
 from dlq.models import DLQItem
-from tasks.delivery import get_queue, job_id, redis_client
+from tasks.delivery.enqueue import get_queue, job_id, redis_client
+from tasks.delivery.queues import queue_names
 from tasks.models import AttemptKind, AttemptOutcome, DLQStatus, StepAttempt, Task
-from tasks.queues import queue_names
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import pid_of_owner, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]
@@ -156,7 +156,7 @@ def test_a_worker_killed_mid_step_3_resumes_elsewhere_without_repeating_steps(pl
 
 
 def test_a_task_delivered_twice_at_once_runs_its_steps_once(platform, start_workers):
-    from tasks.delivery import deliver_now
+    from tasks.delivery.enqueue import deliver_now
 
     platform.set_faults(rules=[{"path_prefix": "/v1/quota/charges", "user_id": "erin", "slow": 0.5, "times": 1}])
     task = task_submit(pipeline="report", input={"user_id": "erin", "topic": "dup"})
@@ -347,6 +347,21 @@ def test_workers_refuse_jobs_that_are_not_registered_entry_points(start_workers,
     start_workers(1)
     wait_for(lambda: job.get_status(refresh=True) == JobStatus.FAILED, timeout=30, message="job refused")
     assert "not a registered entry point" in (job.latest_result().exc_string or "")
+
+
+def test_a_job_an_earlier_release_enqueued_under_the_old_entry_point_path_runs(start_workers, clean_redis):
+    # A job can outlive a deploy in Redis: before tasks/delivery/ the entry point was tasks.jobs.run_task.
+    from tasks.delivery.enqueue import _job_options
+
+    task = task_submit(pipeline="t_long", input={"seconds": 0})
+    queue = get_queue()
+    queue.empty()  # the job this release enqueued on commit, replaced by the earlier release's
+    job = queue.enqueue_call("tasks.jobs.run_task", args=(str(task.pk),), **_job_options(task.pk, task.fencing_token))
+    assert queue.connection.hget(job.key, "data") and "tasks.jobs.run_task" in str(queue.fetch_job(job.id).data)
+    pool = start_workers(1)
+    task = wait_terminal(task, timeout=30, pool=pool)
+    assert task.state == "succeeded", pool.logs()
+    assert "job_refused" not in pool.logs()
 
 
 def test_a_step_longer_than_the_lease_keeps_its_lease_by_heartbeat(start_workers, start_sweeper):

@@ -19,9 +19,9 @@ from rq import Worker
 
 from chaos.topology import SentinelRedis
 from reliability_console.config import redis_connection_config
-from tasks.delivery import get_queue, job_id
+from tasks.delivery.enqueue import get_queue, job_id
 from tasks.models import Task
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import LOG_DIR, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

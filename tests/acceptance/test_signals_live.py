@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.batches import BatchItem, task_submit_many
 from tasks.lifecycle.signals import task_signal
 from tasks.models import AttemptKind, Checkpoint, StepAttempt, Task, TaskState, WaitKind
-from tasks.submission import task_submit
+from tasks.submission.batches import BatchItem, task_submit_many
+from tasks.submission.submit import task_submit
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

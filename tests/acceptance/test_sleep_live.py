@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from tasks.models import AttemptKind, Checkpoint, StepAttempt, Task, TaskState, WaitKind
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

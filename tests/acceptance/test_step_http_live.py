@@ -10,9 +10,9 @@ import signal
 
 import pytest
 
-from tasks.context import effect_key
+from tasks.execution.context import effect_key
 from tasks.models import AttemptKind, AttemptOutcome, EffectStatus, SideEffect, StepAttempt, Task
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import pid_of_owner, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

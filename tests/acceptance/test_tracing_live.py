@@ -28,24 +28,17 @@ CALLER_SPAN = "b7ad6b7169203331"
 
 
 @pytest.fixture
-def receiver():
-    made = OtlpReceiver()
-    yield made
-    made.stop()
-
-
-@pytest.fixture
 def remote():
     made = ScriptedServer([503, 503, "hang"])
     yield made
     made.stop()
 
 
-def traced_env(receiver: OtlpReceiver, service: str) -> dict[str, str]:
+def traced_env(otlp_receiver: OtlpReceiver, service: str) -> dict[str, str]:
     return {
         "RELIABILITY_TRACING": "1",
         "OTEL_SERVICE_NAME": service,
-        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.url,
         "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms: spans leave a process a tenth of a second after they end
         "OTEL_TRACES_SAMPLER": "parentbased_always_on",
     }
@@ -57,11 +50,11 @@ def traceparent_parts(traceparent: str) -> tuple[str, str]:
 
 
 def test_an_api_submission_is_one_trace_through_retries_a_killed_worker_and_every_call(
-    start_api_server, start_workers, start_sweeper, receiver, remote
+    start_api_server, start_workers, start_sweeper, otlp_receiver, remote
 ):
     token = api_client_create(name="traced-client")[1]
-    api = start_api_server(**traced_env(receiver, "rc-api"))
-    pool = start_workers(2, **traced_env(receiver, "rc-worker"))
+    api = start_api_server(**traced_env(otlp_receiver, "rc-api"))
+    pool = start_workers(2, **traced_env(otlp_receiver, "rc-worker"))
     start_sweeper()
 
     response = requests.post(
@@ -76,7 +69,7 @@ def test_an_api_submission_is_one_trace_through_retries_a_killed_worker_and_ever
 
     def exported_attempt(number: int):
         return next(
-            (s for s in receiver.received() if s.name == "step traced_call" and s.attributes["attempt"] == number),
+            (s for s in otlp_receiver.received() if s.name == "step traced_call" and s.attributes["attempt"] == number),
             None,
         )
 
@@ -98,8 +91,8 @@ def test_an_api_submission_is_one_trace_through_retries_a_killed_worker_and_ever
     except AssertionError:
         print(pool.logs())
         raise
-    wait_for(lambda: exported_attempt(4) and any(s.name == "step traced_done" for s in receiver.received()), 30)
-    spans = receiver.received()
+    wait_for(lambda: exported_attempt(4) and any(s.name == "step traced_done" for s in otlp_receiver.received()), 30)
+    spans = otlp_receiver.received()
     by_id = {span.span_id: span for span in spans}
 
     # One trace: the caller's.

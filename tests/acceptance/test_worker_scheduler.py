@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.delivery import redis_client
+from tasks.delivery.enqueue import redis_client
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.acceptance]

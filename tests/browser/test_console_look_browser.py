@@ -17,10 +17,10 @@ from dlq.alerting.models import AlertKind, AlertRule
 from dlq.alerting.rules import alerts_evaluate
 from dlq.models import DLQItem
 from dlq.roles import roles_setup
+from tasks.execution.runner import task_run
 from tasks.models import AttemptOutcome, StepAttempt, Task, TaskState
 from tasks.models.door import door_forced
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.browser.conftest import PASSWORD, docs_screenshot, log_in
 from tests.support import wait_for
 

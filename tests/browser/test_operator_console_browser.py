@@ -11,10 +11,10 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from dlq.models import AuditEntry, DLQItem
 from dlq.roles import roles_setup
+from tasks.execution.runner import task_run
 from tasks.models import DLQStatus, Task
 from tasks.models.door import door_forced
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.browser.conftest import PASSWORD, docs_screenshot, log_in, screenshot
 from tests.support import wait_for
 

@@ -11,10 +11,10 @@ from dlq.alerting.models import AlertChannel, AlertRule
 from dlq.bulk import bulk_operation_request
 from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem
 from dlq.roles import roles_setup
-from tasks.delivery import get_queue
+from tasks.delivery.enqueue import get_queue
 from tasks.lifecycle.controls import pipeline_limits_set, pipeline_pause
 from tasks.models import DLQStatus, PipelineControl, Task, TaskState
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.browser.conftest import PASSWORD, log_in
 from tests.support import compensated_dead_letters, parked_dead_letters
 

@@ -17,9 +17,9 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 from dlq.live_actions import PIPELINE_ACTIONS
+from tasks.execution.runner import task_run
 from tasks.models import Task
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

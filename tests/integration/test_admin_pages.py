@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
+from tasks.execution.runner import task_run
 from tasks.models import Task
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

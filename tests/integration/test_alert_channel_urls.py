@@ -10,7 +10,7 @@ import pytest
 from dlq.alerting.channels import channel_send
 from dlq.alerting.models import AlertChannel, AlertEvent, AlertRule
 from tasks.exceptions import PermanentError
-from tasks.outbound import Rule
+from tasks.outbound.policy import Rule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

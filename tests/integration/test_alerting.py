@@ -16,10 +16,10 @@ from dlq.alerting import measures as alert_measures
 from dlq.alerting.models import AlertChannel, AlertDelivery, AlertDeliveryStatus, AlertEvent, AlertRule, AlertState
 from dlq.alerting.rules import alert_rule_evaluate, alerts_evaluate
 from dlq.models import DLQItem
+from tasks.execution.runner import task_run
 from tasks.models import DLQStatus, IdempotencyRecord, SweeperHeartbeat, Task
 from tasks.models.door import door_forced
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import rule_form
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,10 +9,10 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from tasks.idempotency import idempotency_purge_expired
+from tasks.execution.runner import task_run
 from tasks.lifecycle.clients import api_client_create, api_client_revoke
 from tasks.models import IdempotencyRecord, Task
-from tasks.runner import task_run
+from tasks.submission.idempotency import idempotency_purge_expired
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from tasks.batches import MAX_BATCH_ITEMS
 from tasks.lifecycle.clients import api_client_create
 from tasks.models import IdempotencyRecord, Task
+from tasks.submission.batches import MAX_BATCH_ITEMS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -24,13 +24,13 @@ from dlq.approval_pages import PAGE_SIZE
 from dlq.approvals import approval_decide
 from dlq.audit_actions import APPROVAL_APPROVED, APPROVAL_REJECTED
 from dlq.models import AuditEntry, AuditOutcome
+from tasks.execution.runner import task_run
 from tasks.lifecycle.cancellation import task_cancel
 from tasks.lifecycle.signals import task_signal
 from tasks.models import Checkpoint, Signal, Task, TaskState, WaitKind
 from tasks.models.door import door_forced
-from tasks.runner import task_run
 from tasks.selectors import approval_waiting_tasks, waiting_counts
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,12 +15,11 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from tasks import registry
+from tasks import Pipeline, registry
+from tasks.execution.runner import task_run
 from tasks.lifecycle.clients import api_client_create
 from tasks.models import ApiClient, AttemptOutcome, DeadLetter, StepAttempt, Task, TaskState
-from tasks.pipelines import Pipeline
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,13 +17,13 @@ import pytest
 from django.utils import timezone
 
 from devtools.backlog import backlog_create
-from tasks import delivery, sweeper
+from tasks.delivery import enqueue, sweeper
+from tasks.delivery.sweeper import sweep_once
+from tasks.execution.runner import task_run
 from tasks.lifecycle.claims import task_claim
 from tasks.models import Task, TaskState
 from tasks.models.door import door_forced
-from tasks.runner import task_run
-from tasks.submission import task_submit
-from tasks.sweeper import sweep_once
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,7 +36,7 @@ SWEEPS = 2
 @pytest.fixture
 def queue(clean_redis, settings):
     settings.RELIABILITY_REDELIVERY_GRACE_SECONDS = GRACE_SECONDS
-    queue = delivery.get_queue()
+    queue = enqueue.get_queue()
     yield queue
     # Freeing 100,000 jobs takes Redis over a second on a busy machine: in the background,
     # so the next test's blocking FLUSHALL (clean_redis) finds an empty keyspace.
@@ -53,7 +53,7 @@ def _sweep_until_delivered(task_ids) -> int:
     for sweeps in range(1, SWEEPS + 1):
         report = sweep_once()
         assert not report.redis_unavailable
-        if all(delivery.delivery_pending(task_id, 0) for task_id in task_ids):
+        if all(enqueue.delivery_pending(task_id, 0) for task_id in task_ids):
             return sweeps
     raise AssertionError(f"not delivered again within {SWEEPS} sweeps")
 
@@ -61,19 +61,19 @@ def _sweep_until_delivered(task_ids) -> int:
 def _assert_one_job_each(queue, task_ids) -> None:
     job_ids = queue.get_job_ids()
     assert len(job_ids) == len(set(job_ids)), "a task was delivered twice"
-    assert set(job_ids) == {delivery.job_id(task_id, 0) for task_id in task_ids}
+    assert set(job_ids) == {enqueue.job_id(task_id, 0) for task_id in task_ids}
 
 
 @pytest.mark.slow
 def test_a_job_lost_among_the_oldest_of_100000_queued_is_delivered_again_within_two_sweeps(queue, settings):
     task_ids = _backlog(BACKLOG, lost=[7])
     lost = task_ids[7]
-    assert not delivery.delivery_pending(lost, 0)
+    assert not enqueue.delivery_pending(lost, 0)
 
     # Within its grace (the oldest task waited 100 s: one per millisecond) a task is left to its job.
     settings.RELIABILITY_REDELIVERY_GRACE_SECONDS = 3600
     assert sweep_once().redelivered == 0
-    assert not delivery.delivery_pending(lost, 0)
+    assert not enqueue.delivery_pending(lost, 0)
 
     settings.RELIABILITY_REDELIVERY_GRACE_SECONDS = GRACE_SECONDS
     # Within two sweeps, the acceptance bound; the sweeper does it in the first (ARCHITECTURE, "Sweeps at depth").
@@ -98,7 +98,7 @@ def test_more_lost_deliveries_than_a_batch_are_made_oldest_first(queue, monkeypa
     task_ids = _backlog(10, lost=[1, 3, 4, 8])
 
     assert sweep_once().redelivered == 2
-    assert [delivery.delivery_pending(task_ids[ordinal], 0) for ordinal in (1, 3, 4, 8)] == [True, True, False, False]
+    assert [enqueue.delivery_pending(task_ids[ordinal], 0) for ordinal in (1, 3, 4, 8)] == [True, True, False, False]
     assert sweep_once().redelivered == 2
     _assert_one_job_each(queue, task_ids)
 
@@ -118,7 +118,7 @@ def test_the_walk_over_waiting_tasks_loses_none_at_page_boundaries_or_ties(queue
     with door_forced():
         Task.objects.filter(pk=compensating).update(state=TaskState.COMPENSATING)
     for task_id in (by_walk[-1], compensating):
-        job_id = delivery.job_id(task_id, 0)
+        job_id = enqueue.job_id(task_id, 0)
         queue.connection.lrem(queue.key, 0, job_id)
         queue.connection.delete(queue.job_class.key_for(job_id))
 

@@ -1,4 +1,4 @@
-"""Batch submission (``tasks.batches.task_submit_many``): items that are submissions of their own, in one
+"""Batch submission (``tasks.submission.batches.task_submit_many``): items that are submissions of their own, in one
 transaction, delivered several per RQ job."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from redis import Redis
 from rq.serializers import JSONSerializer
 
 from tasks import task_submit
-from tasks.batches import MAX_BATCH_ITEMS, BatchItem, task_submit_many
-from tasks.delivery import delivery_job_id, get_queue, job_id
+from tasks.delivery.enqueue import delivery_job_id, get_queue, job_id
+from tasks.delivery.sweeper import sweep_once
 from tasks.exceptions import BatchRefused, InvalidTaskInput
 from tasks.models import IdempotencyRecord, IdempotencyState, Task
 from tasks.models.door import door_forced
 from tasks.registry import RUN_TASKS_ENTRY_POINT
-from tasks.sweeper import sweep_once
+from tasks.submission.batches import MAX_BATCH_ITEMS, BatchItem, task_submit_many
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -141,7 +141,7 @@ def test_a_key_in_flight_elsewhere_refuses_its_item_and_a_stale_one_is_taken_ove
     assert outcomes[0].error.code == "idempotency_key_reused"  # another request under it
 
     item = BatchItem(pipeline="t_quiet_1", input={"n": 7}, idempotency_key="stale")
-    from tasks.submission import request_fingerprint
+    from tasks.submission.submit import request_fingerprint
 
     fingerprint = request_fingerprint(pipeline="t_quiet_1", input={"n": 7}, deadline_seconds=None)
     IdempotencyRecord.objects.create(
@@ -189,7 +189,7 @@ def test_a_lost_batch_job_is_delivered_again_task_by_task(settings):
 
 
 def test_a_batch_job_runs_each_task_and_one_that_fails_harms_no_other():
-    from tasks.jobs import run_tasks
+    from tasks.delivery.jobs import run_tasks
 
     outcomes = task_submit_many([{"pipeline": "t_quiet_1", "input": {"n": n}} for n in range(3)])
     ids = [str(outcome.task_id) for outcome in outcomes]
@@ -213,7 +213,7 @@ def test_a_batch_job_runs_each_task_and_one_that_fails_harms_no_other():
 def test_a_stopping_worker_hands_the_rest_of_a_batch_back_each_on_its_own(monkeypatch):
     import threading
 
-    from tasks import jobs
+    from tasks.delivery import jobs
 
     outcomes = task_submit_many([{"pipeline": "t_quiet_1", "input": {"n": n}} for n in range(3)])
     ids = [str(outcome.task_id) for outcome in outcomes]
@@ -237,14 +237,14 @@ def test_a_stopping_worker_hands_the_rest_of_a_batch_back_each_on_its_own(monkey
 # --- priorities: a batch hands its rest back when a higher queue has a job waiting ----------------------------------
 
 # Each clocked task takes this long on the batch's clock (tests.pipelines.STEP_CLOCK): with the check at most every
-# 50 ms (tasks.jobs.PRIORITY_CHECK_SECONDS), one falls due after every second task.
+# 50 ms (tasks.delivery.jobs.PRIORITY_CHECK_SECONDS), one falls due after every second task.
 TASK_SECONDS = 0.03
 
 
 @pytest.fixture
 def step_clock(monkeypatch):
-    """tasks.jobs reads the steps' clock in place of the time module's monotonic time."""
-    from tasks import jobs, worker
+    """tasks.delivery.jobs reads the steps' clock in place of the time module's monotonic time."""
+    from tasks.delivery import jobs, worker
     from tests.pipelines import STEP_CLOCK
 
     monkeypatch.setattr(STEP_CLOCK, "now", 0.0)
@@ -308,7 +308,7 @@ def test_with_nothing_waiting_above_it_a_batch_runs_whole_and_checks_at_most_eve
 
 
 def test_a_batch_on_the_highest_queue_or_called_directly_never_checks(step_clock, llen_calls):
-    from tasks.jobs import run_tasks
+    from tasks.delivery.jobs import run_tasks
 
     task_submit(pipeline="t_bulk", input={})
     on_critical = _clocked_batch("t_clocked_critical", 10)
@@ -322,7 +322,7 @@ def test_a_batch_on_the_highest_queue_or_called_directly_never_checks(step_clock
 
 
 def test_a_worker_asks_only_about_the_queues_it_takes_jobs_from(step_clock, llen_calls, monkeypatch):
-    from tasks import worker
+    from tasks.delivery import worker
 
     task_submit(pipeline="t_critical", input={})  # waiting on a queue this worker never reads
     monkeypatch.setattr(worker, "listened_queues", frozenset({"default", "bulk"}))

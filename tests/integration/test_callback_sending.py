@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.callbacks import CALLBACK_PIPELINE
+from tasks.execution.runner import task_run
 from tasks.lifecycle.clients import api_client_create, api_client_revoke, api_client_signing_secret
 from tasks.models import Task
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.outbound.callback_events import CALLBACK_PIPELINE
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

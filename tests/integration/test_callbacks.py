@@ -10,16 +10,16 @@ import pytest
 from django.utils import timezone
 
 from tasks.api.errors import json_bytes
-from tasks.callbacks import CALLBACK_PIPELINE, CALLBACK_SCOPE, callback_submit
 from tasks.exceptions import InvalidTaskInput
+from tasks.execution.runner import task_run
 from tasks.lifecycle.clients import api_client_create, api_client_signing_secret, signing_secrets
 from tasks.lifecycle.operator import task_retry_from_checkpoint
 from tasks.models import ApiClient, IdempotencyRecord, Task
 from tasks.models.door import door_forced
-from tasks.outbound import MAX_URL_LENGTH
-from tasks.runner import task_run
+from tasks.outbound.callback_events import CALLBACK_PIPELINE, CALLBACK_SCOPE, callback_submit
+from tasks.outbound.policy import MAX_URL_LENGTH
 from tasks.selectors import task_representation
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import manage, process_env
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -31,14 +31,14 @@ from dlq.audit_actions import action_label
 from dlq.bulk import bulk_operation_request
 from dlq.models import AuditEntry, AuditOutcome, BulkOperation, DLQItem
 from tasks import registry
+from tasks.execution.runner import task_run
 from tasks.lifecycle.cancellation import task_cancel
 from tasks.lifecycle.claims import task_claim
 from tasks.lifecycle.clients import api_client_create
 from tasks.lifecycle.controls import pipeline_limits_set, pipeline_pause
 from tasks.models import ApiClient, Task
 from tasks.models.door import door_forced
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import aged_audit_entry
 
 pytestmark = pytest.mark.django_db(transaction=True)

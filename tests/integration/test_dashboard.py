@@ -19,7 +19,9 @@ from dlq.audit import audit_entries_purge, audit_record
 from dlq.dashboard import GROWTH_HOURS, dlq_hourly_growth, task_state_counts
 from dlq.models import AuditEntry, AuditOutcome, DLQItem
 from dlq.svg_charts import Series, line_chart
-from tasks.delivery import get_queue
+from tasks.delivery.enqueue import get_queue
+from tasks.delivery.sweeper import sweeper_heartbeat
+from tasks.execution.runner import task_run
 from tasks.lifecycle.cancellation import task_cancel
 from tasks.lifecycle.retention import TASKS_KIND, finished_tasks_purge
 from tasks.models import (
@@ -33,9 +35,7 @@ from tasks.models import (
     TaskState,
 )
 from tasks.models.door import door_forced
-from tasks.runner import task_run
-from tasks.submission import task_submit
-from tasks.sweeper import sweeper_heartbeat
+from tasks.submission.submit import task_submit
 from tests.support import index_scans, statement_plan_uses_index
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,7 +13,7 @@ from django.db import connection
 from dlq.activity import ACTIVITY_HOURS, minute_activity, retries_per_minute, tasks_finished_per_minute
 from tasks.models import AttemptKind, AttemptOutcome, StepAttempt, Task, TaskState
 from tasks.models.door import door_forced
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import plan_uses_index, planner_statistics_of_a_live_table
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,7 +12,7 @@ from dlq.audit import audit_record
 from dlq.models import AuditOutcome
 from dlq.roles import roles_setup
 from tasks.models import Task
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.database_reset import MADE_BY_POST_MIGRATE, _database_emptied
 
 pytestmark = pytest.mark.django_db(transaction=True)

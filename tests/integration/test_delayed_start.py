@@ -7,16 +7,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from tasks.batches import BatchItem, task_submit_many
-from tasks.delivery import get_queue, job_id
+from tasks.delivery.enqueue import get_queue, job_id
+from tasks.delivery.queues import queue_names
+from tasks.delivery.sweeper import sweep_once
 from tasks.exceptions import IdempotencyKeyReused, InvalidTaskInput
+from tasks.execution.runner import task_run
 from tasks.lifecycle.cancellation import task_cancel
 from tasks.models import StepAttempt, Task, TaskState, WaitKind
-from tasks.queues import queue_names
-from tasks.runner import task_run
 from tasks.selectors import task_representation
-from tasks.submission import task_submit
-from tasks.sweeper import sweep_once
+from tasks.submission.batches import BatchItem, task_submit_many
+from tasks.submission.submit import task_submit
 from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

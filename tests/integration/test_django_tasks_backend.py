@@ -15,14 +15,14 @@ from tasks.backends import (
     TaskResultStatus,
     task_backends,
 )
-from tasks.delivery import get_queue
+from tasks.delivery.enqueue import get_queue
+from tasks.delivery.queues import queue_names
+from tasks.delivery.sweeper import sweep_once
 from tasks.exceptions import InvalidTaskInput
+from tasks.execution.runner import task_run
 from tasks.models import AttemptKind, DeadLetter, StepAttempt, Task, TaskState, WaitKind
 from tasks.models.door import door_forced
-from tasks.queues import queue_names
-from tasks.runner import task_run
-from tasks.submission import task_submit
-from tasks.sweeper import sweep_once
+from tasks.submission.submit import task_submit
 from tests import task_functions
 from tests.support import wait_for
 

@@ -14,8 +14,9 @@ from django.db import ProgrammingError, connection
 from django.utils import timezone
 
 from dlq.models import DLQItem
-from tasks import registry, sweeper
-from tasks.attempts import AttemptRecord
+from tasks import registry
+from tasks.delivery import sweeper
+from tasks.delivery.sweeper import sweep_once
 from tasks.exceptions import (
     IdempotencyKeyReused,
     InvalidTaskInput,
@@ -24,6 +25,8 @@ from tasks.exceptions import (
     TaskNotActionable,
     UnknownPipeline,
 )
+from tasks.execution.attempts import AttemptRecord
+from tasks.execution.runner import task_run
 from tasks.lifecycle.claims import task_claim
 from tasks.lifecycle.controls import pipeline_limits_reset, pipeline_pause, pipeline_resume
 from tasks.lifecycle.operator import task_close, task_compensate, task_retry_from_checkpoint, task_retry_from_start
@@ -40,9 +43,7 @@ from tasks.models import (
     Task,
 )
 from tasks.models.door import door_forced
-from tasks.runner import task_run
-from tasks.submission import task_submit
-from tasks.sweeper import sweep_once
+from tasks.submission.submit import task_submit
 from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -105,7 +106,7 @@ def test_submission_puts_a_job_in_redis(clean_redis):
     assert queue.job_ids == [f"task-{task.pk}-d0"]
     # The job payload in Redis is JSON, never a pickle.
     raw = zlib.decompress(queue.connection.hget(f"rq:job:task-{task.pk}-d0", "data"))
-    assert json.loads(raw)[0] == "tasks.jobs.run_task"
+    assert json.loads(raw)[0] == "tasks.delivery.jobs.run_task"
 
 
 def test_success_checkpoints_each_step_and_finishes():

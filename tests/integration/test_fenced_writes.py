@@ -13,9 +13,10 @@ from django.db.backends.postgresql.psycopg_any import is_psycopg3
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from tasks.attempts import AttemptRecord
+from tasks.delivery.sweeper import sweep_once
 from tasks.exceptions import LeaseLost
-from tasks.heartbeat import Heartbeat
+from tasks.execution.attempts import AttemptRecord
+from tasks.execution.heartbeat import Heartbeat
 from tasks.lifecycle import fenced_writes
 from tasks.lifecycle.claims import task_claim
 from tasks.lifecycle.outcomes import step_succeeded
@@ -30,8 +31,7 @@ from tasks.models import (
     TaskState,
 )
 from tasks.models.door import door_forced
-from tasks.submission import task_submit
-from tasks.sweeper import sweep_once
+from tasks.submission.submit import task_submit
 from tests.support import index_scans, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.context import effect_key
+from tasks.execution.context import effect_key
+from tasks.execution.runner import task_run
 from tasks.models import AttemptKind, EffectStatus, SideEffect, StepAttempt, Task
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,4 +1,4 @@
-"""A job's database connection (``tasks.jobs``): no health check while the worker is busy, one after it idled,
+"""A job's database connection (``tasks.delivery.jobs``): no health check while the worker is busy, one after it idled,
 and a connection the server dropped between two busy jobs replaced without losing the job."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pytest
 from django.db import connection
 
 from devtools import postgres
-from tasks import jobs, task_submit
+from tasks import task_submit
+from tasks.delivery import jobs
 from tasks.models import Task, TaskState
 from tests.support import database_url, wait_for
 

@@ -12,9 +12,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tasks import limits
-from tasks.delivery import get_queue, job_id
+from tasks.delivery.enqueue import get_queue, job_id
+from tasks.delivery.sweeper import sweep_once
 from tasks.exceptions import PipelineControlRefused, TaskNotActionable, TaskNotCancellable
+from tasks.execution import gates
+from tasks.execution.runner import task_run
 from tasks.lifecycle import holds
 from tasks.lifecycle.cancellation import cancel_requested, task_cancel
 from tasks.lifecycle.claims import task_claim
@@ -38,10 +40,8 @@ from tasks.models import (
     TaskState,
 )
 from tasks.models.door import door_forced
-from tasks.runner import task_run
 from tasks.selectors import pipeline_states
-from tasks.submission import task_submit
-from tasks.sweeper import sweep_once
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -231,7 +231,7 @@ def test_a_running_task_waits_at_its_step_boundary_while_its_pipeline_is_paused(
     task = task_submit(pipeline="t_cancellable", input={"pause_during": "c_one"})
     claim = task_claim(task_id=str(task.pk), owner="w1")
     # The pause lands while step one runs: step one's write reads it, and the task waits before step two.
-    from tasks import runner
+    from tasks.execution import runner
 
     original = runner._run_one_attempt
 
@@ -293,7 +293,7 @@ def test_max_concurrency_holds_a_task_until_the_running_one_frees_its_slot():
     assert _reload(second).hold == TaskHold.CONCURRENCY
     assert _reload(second).total_attempts == 0
     # The running task ends its run: the held one is released (delivered) at once.
-    from tasks import runner
+    from tasks.execution import runner
 
     runner._run_steps(running)
     assert _reload(first).state == TaskState.SUCCEEDED
@@ -334,7 +334,7 @@ def test_a_supervisor_overrides_limits_until_reset():
     claims = [task_claim(task_id=str(task.pk), owner=f"w{n}") for n, task in enumerate(tasks)]
     assert [claim is not None for claim in claims] == [True, True, True, False]
     pipeline_limits_reset(pipeline="t_one_at_a_time", actor="s", reason="back to normal")
-    assert limits.gate_of(pipeline="t_one_at_a_time").max_concurrency == 1
+    assert gates.gate_of(pipeline="t_one_at_a_time").max_concurrency == 1
     with pytest.raises(PipelineControlRefused):
         pipeline_limits_set(pipeline="t_one_at_a_time", actor="s", reason="r", rate_limit="fast")
     with pytest.raises(PipelineControlRefused):
@@ -351,9 +351,9 @@ def test_a_task_held_by_its_claim_and_released_before_its_job_ends_is_delivered_
     # A real RQ worker (in this process) runs the held task's job. The release comes while that job is still
     # running: the hold's own recheck finds the slot freed (here: the running task ends right then), as a
     # worker's release after a freed slot may. RQ deletes a job it finished; the release's delivery must outlive it.
-    from tasks import runner
-    from tasks.delivery import redis_client
-    from tasks.worker import ReliabilityWorker
+    from tasks.delivery.enqueue import redis_client
+    from tasks.delivery.worker import ReliabilityWorker
+    from tasks.execution import runner
 
     first = task_submit(pipeline="t_one_at_a_time", input={"n": 1})
     second = task_submit(pipeline="t_one_at_a_time", input={"n": 2})

@@ -16,12 +16,12 @@ from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
 from dlq.models import AuditEntry, AuditOutcome
+from tasks.execution.runner import task_run
 from tasks.lifecycle.cancellation import task_cancel
 from tasks.lifecycle.claims import task_claim
 from tasks.lifecycle.controls import pipeline_pause
 from tasks.models import PipelineControl, Task, TaskHold, TaskState
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

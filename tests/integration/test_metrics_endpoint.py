@@ -8,11 +8,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dlq.alerting.models import AlertChannel, AlertRule
 from dlq.models import DLQItem
+from tasks.delivery.sweeper import sweeper_heartbeat
+from tasks.execution.runner import task_run
 from tasks.models import DLQStatus
 from tasks.models.door import door_forced
-from tasks.runner import task_run
-from tasks.submission import task_submit
-from tasks.sweeper import sweeper_heartbeat
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -205,9 +205,9 @@ def test_an_expired_lease_counts_as_a_crash(client, settings, clean_redis):
 
     from django.utils import timezone
 
+    from tasks.delivery.sweeper import sweep_once
     from tasks.lifecycle.claims import task_claim
     from tasks.models import Task
-    from tasks.sweeper import sweep_once
 
     settings.RELIABILITY_METRICS_TOKEN = "t"
 

@@ -24,12 +24,12 @@ from dlq.bulk import (
 )
 from dlq.models import AuditEntry, AuditOutcome, BulkOperation, BulkStatus, DLQItem
 from dlq.roles import roles_setup
-from tasks.context import effect_key
-from tasks.delivery import get_queue, job_id
+from tasks.delivery.enqueue import get_queue, job_id
+from tasks.execution.context import effect_key
+from tasks.execution.runner import task_run
 from tasks.models import DLQStatus, EffectStatus, SideEffect, Task
 from tasks.models.door import door_forced
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import index_scans, plan_uses_index, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

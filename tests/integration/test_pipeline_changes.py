@@ -14,12 +14,12 @@ from django.utils import timezone
 
 from tasks import FailurePolicy, PermanentError, Pipeline, registry
 from tasks.exceptions import TaskNotActionable, TransientError
+from tasks.execution.runner import task_run
 from tasks.lifecycle.operator import task_compensate, task_retry_from_start
 from tasks.models import AttemptKind, Checkpoint, DeadLetter, SideEffect, StepAttempt, Task
 from tasks.models.door import door_forced
-from tasks.retry import RetryPolicy
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.pipelines.retry import RetryPolicy
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

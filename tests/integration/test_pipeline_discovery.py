@@ -104,7 +104,7 @@ def test_an_app_without_a_pipelines_module_is_skipped(app_package):
 
 
 def test_an_apps_pipelines_module_that_raises_names_the_module_and_the_line(app_package):
-    app_config, path = app_package("from tasks.pipelines import Pipeline\n\nPipeline('p_ok')\nURL = base_url + '/x'\n")
+    app_config, path = app_package("from tasks import Pipeline\n\nPipeline('p_ok')\nURL = base_url + '/x'\n")
 
     assert discovery_error(app_config) == (
         f"INSTALLED_APPS: cannot import '{app_config.name}.pipelines': "

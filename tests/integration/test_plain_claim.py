@@ -17,7 +17,7 @@ from tasks.lifecycle.claims import task_claim
 from tasks.lifecycle.controls import pipeline_limits_set, pipeline_pause, pipeline_resume
 from tasks.models import Checkpoint, Task, TaskHold, TaskState
 from tasks.models.door import door_forced
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import database_url, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

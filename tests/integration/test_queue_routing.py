@@ -9,20 +9,20 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from tasks import delivery
+from tasks.delivery import enqueue
+from tasks.delivery.queues import queue_for_pipeline
+from tasks.delivery.sweeper import sweep_once
+from tasks.execution.runner import task_run
 from tasks.lifecycle.claims import task_claim
 from tasks.models import Task
 from tasks.models.door import door_forced
-from tasks.queues import queue_for_pipeline
-from tasks.runner import task_run
-from tasks.submission import task_submit
-from tasks.sweeper import sweep_once
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def waiting_jobs() -> dict[str, list[str]]:
-    return {name: delivery.get_queue(name).get_job_ids() for name in ("critical", "default", "bulk")}
+    return {name: enqueue.get_queue(name).get_job_ids() for name in ("critical", "default", "bulk")}
 
 
 @pytest.fixture
@@ -37,9 +37,9 @@ def test_a_submission_goes_to_its_pipelines_queue(queues):
     default = task_submit(pipeline="t_local", input={})
 
     assert waiting_jobs() == {
-        "critical": [delivery.job_id(critical.pk, 0)],
-        "default": [delivery.job_id(default.pk, 0)],
-        "bulk": [delivery.job_id(bulk.pk, 0)],
+        "critical": [enqueue.job_id(critical.pk, 0)],
+        "default": [enqueue.job_id(default.pk, 0)],
+        "bulk": [enqueue.job_id(bulk.pk, 0)],
     }
 
 
@@ -55,17 +55,17 @@ def test_the_sweeper_delivers_a_lost_job_again_on_its_pipelines_queue(queues):
     queues.flushall()
 
     assert sweep_once().redelivered == 1
-    assert waiting_jobs() == {"critical": [], "default": [], "bulk": [delivery.job_id(task.pk, 0)]}
+    assert waiting_jobs() == {"critical": [], "default": [], "bulk": [enqueue.job_id(task.pk, 0)]}
 
 
 def test_a_job_stuck_in_another_queues_intermediate_list_is_found_and_delivered_again(queues):
     task = task_submit(pipeline="t_bulk", input={})
-    bulk = delivery.get_queue("bulk")
+    bulk = enqueue.get_queue("bulk")
     # A worker of the bulk queue alone dequeued (RQ moves the job to that queue's intermediate list) and died.
     assert bulk.connection.lmove(bulk.key, bulk.intermediate_queue_key) is not None
 
     assert sweep_once().redelivered == 1
-    assert bulk.get_job_ids() == [delivery.job_id(task.pk, task.fencing_token)]
+    assert bulk.get_job_ids() == [enqueue.job_id(task.pk, task.fencing_token)]
     assert bulk.connection.lrange(bulk.intermediate_queue_key, 0, -1) == []
 
 
@@ -85,7 +85,7 @@ def test_an_expired_lease_and_a_due_retry_go_back_on_the_pipelines_queue(queues)
     crashed.refresh_from_db()
     retried.refresh_from_db()
     assert sorted(waiting_jobs()["bulk"]) == sorted(
-        [delivery.job_id(crashed.pk, crashed.fencing_token), delivery.job_id(retried.pk, retried.fencing_token)]
+        [enqueue.job_id(crashed.pk, crashed.fencing_token), enqueue.job_id(retried.pk, retried.fencing_token)]
     )
     assert waiting_jobs()["default"] == [] and waiting_jobs()["critical"] == []
 
@@ -98,9 +98,9 @@ def test_a_scheduled_retry_waits_in_its_pipelines_queue_scheduler(queues):
 
     task.refresh_from_db()
     assert task.state == "retry_scheduled"
-    job_id = delivery.job_id(task.pk, task.fencing_token)
-    assert delivery.get_queue("bulk").scheduled_job_registry.get_job_ids() == [job_id]
-    assert delivery.get_queue("default").scheduled_job_registry.get_job_ids() == []
+    job_id = enqueue.job_id(task.pk, task.fencing_token)
+    assert enqueue.get_queue("bulk").scheduled_job_registry.get_job_ids() == [job_id]
+    assert enqueue.get_queue("default").scheduled_job_registry.get_job_ids() == []
 
 
 def test_rqworker_refuses_a_queue_that_is_not_configured():

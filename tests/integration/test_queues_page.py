@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from dlq.models import AuditEntry, AuditOutcome
-from tasks.delivery import get_queue, redis_client
-from tasks.submission import task_submit
+from tasks.delivery.enqueue import get_queue, redis_client
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,9 +13,9 @@ import pytest
 from dlq.alerting.models import AlertChannel
 from dlq.models import AuditEntry, AuditOutcome, DLQItem
 from reliability_console.logging import StructuredFormatter
+from tasks.execution.runner import task_run
 from tasks.lifecycle.clients import api_client_create
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -23,6 +23,7 @@ from dlq.alerting.models import AlertChannel, AlertDelivery, AlertEvent, AlertRu
 from dlq.audit import audit_record
 from dlq.models import AuditEntry, AuditOutcome
 from tasks import registry
+from tasks.execution.runner import task_run
 from tasks.lifecycle import retention
 from tasks.lifecycle.operator import task_close
 from tasks.lifecycle.retention import TASKS_KIND, _candidates, finished_tasks_purge, finished_tasks_purge_due
@@ -41,8 +42,7 @@ from tasks.models import (
     TaskState,
 )
 from tasks.models.door import door_forced
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import manage, plan_uses_index, planner_statistics_of_a_live_table, process_env
 
 pytestmark = pytest.mark.django_db(transaction=True)

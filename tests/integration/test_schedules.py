@@ -11,6 +11,7 @@ import pytest
 from django.db import connection
 
 from tasks import Pipeline, Schedule, registry
+from tasks.delivery.sweeper import sweep_once
 from tasks.exceptions import ScheduleRefused
 from tasks.lifecycle.schedules import (
     schedule_pause,
@@ -21,7 +22,6 @@ from tasks.lifecycle.schedules import (
 )
 from tasks.models import IdempotencyRecord, PipelineSchedule, ScheduleRun, ScheduleSource, Task, TaskState
 from tasks.models.door import door_forced
-from tasks.sweeper import sweep_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

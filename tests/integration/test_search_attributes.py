@@ -15,15 +15,14 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from tasks import registry
+from tasks import FailurePolicy, Pipeline, registry
 from tasks.exceptions import ConfigurationError, InvalidTaskInput, PermanentError
+from tasks.execution.runner import task_run
 from tasks.lifecycle.clients import api_client_create
 from tasks.models import ApiClient, DeadLetter, StepAttempt, Task, TaskState
-from tasks.pipelines import FailurePolicy, Pipeline
-from tasks.retry import RetryPolicy
-from tasks.runner import task_run
+from tasks.pipelines.retry import RetryPolicy
 from tasks.selectors import attribute_condition
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 from tests.support import plan_uses_index
 
 pytestmark = pytest.mark.django_db(transaction=True)

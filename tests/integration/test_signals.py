@@ -11,7 +11,10 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from tasks.delivery import get_queue
+from tasks import Pipeline
+from tasks.delivery.enqueue import get_queue
+from tasks.delivery.queues import queue_names
+from tasks.delivery.sweeper import sweep_once
 from tasks.exceptions import (
     ConfigurationError,
     IdempotencyKeyReused,
@@ -21,15 +24,12 @@ from tasks.exceptions import (
     TaskNotActionable,
     UnknownSignal,
 )
+from tasks.execution.runner import task_run
 from tasks.lifecycle import waits
 from tasks.lifecycle.signals import task_signal
 from tasks.models import Checkpoint, Signal, Task, TaskState, WaitKind
-from tasks.pipelines import Pipeline
-from tasks.queues import queue_names
-from tasks.runner import task_run
 from tasks.selectors import task_representation
-from tasks.submission import task_submit
-from tasks.sweeper import sweep_once
+from tasks.submission.submit import task_submit
 from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

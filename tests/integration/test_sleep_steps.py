@@ -10,17 +10,17 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from tasks import runner
-from tasks.delivery import get_queue
+from tasks import Pipeline
+from tasks.delivery.enqueue import get_queue
+from tasks.delivery.queues import queue_names
+from tasks.delivery.sweeper import sweep_once
 from tasks.exceptions import ConfigurationError
+from tasks.execution import runner
+from tasks.execution.runner import task_run
 from tasks.lifecycle.cancellation import task_cancel
 from tasks.models import AttemptKind, Checkpoint, StepAttempt, Task, TaskState, WaitKind
-from tasks.pipelines import Pipeline
-from tasks.queues import queue_names
-from tasks.runner import task_run
 from tasks.selectors import task_representation
-from tasks.submission import task_submit
-from tasks.sweeper import sweep_once
+from tasks.submission.submit import task_submit
 from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,8 +13,8 @@ from django.core.checks import run_checks
 from django.core.management import call_command
 from django.test import override_settings
 
-from tasks.delivery import get_queue
-from tasks.worker import ReliabilityJob
+from tasks.delivery.enqueue import get_queue
+from tasks.delivery.worker import ReliabilityJob
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -106,7 +106,10 @@ def test_the_standalone_project_has_no_issue():
         ),
         (
             {"RQ": {"WORKER_CLASS": "rq.worker.Worker"}},
-            ("tasks.E006", "RQ['WORKER_CLASS']='rq.worker.Worker' is not tasks.worker.ReliabilityWorker or a subclass"),
+            (
+                "tasks.E006",
+                "RQ['WORKER_CLASS']='rq.worker.Worker' is not tasks.delivery.worker.ReliabilityWorker or a subclass",
+            ),
         ),
     ],
 )

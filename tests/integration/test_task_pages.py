@@ -21,10 +21,10 @@ from django_fsm import transition
 from dlq.audit import audit_record
 from dlq.lifecycle import POSITIONS, ROUTES, STATE_COLOURS, lifecycle_svg
 from dlq.models import AuditOutcome
+from tasks.execution.runner import task_run
 from tasks.models import AttemptOutcome, EffectStatus, StepAttempt, Task, TaskState
 from tasks.models.door import door_forced
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

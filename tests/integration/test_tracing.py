@@ -1,7 +1,7 @@
 """Traces (issue 24, point 1), in-process: what a submission stores, and the spans of runs, attempts and calls.
 
-The spans go to the SDK's in-memory exporter of a provider made for each test (``tasks.tracing.active`` set to
-it, as ``tracing_configure`` sets it at start-up); the remote API is a real HTTP server on 127.0.0.1.
+The spans go to the SDK's in-memory exporter of a provider made for each test (``tasks.observability.tracing.active``
+set to it, as ``tracing_configure`` sets it at start-up); the remote API is a real HTTP server on 127.0.0.1.
 ``tests/acceptance/test_tracing_live.py`` does the same across real processes with an OTLP receiver.
 """
 
@@ -20,12 +20,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, format_span_id, format_trace_id
 
-from tasks import tracing
+from tasks.execution.runner import task_run
 from tasks.lifecycle.operator import task_retry_from_checkpoint
 from tasks.models import Task
-from tasks.runner import task_run
-from tasks.submission import task_submit
-from tasks.tracing_otel import OtelTracing
+from tasks.observability import tracing
+from tasks.observability.otel import OtelTracing
+from tasks.submission.submit import task_submit
 from tests.trace_servers import ScriptedServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -322,9 +322,9 @@ def test_a_line_logged_in_an_attempt_carries_the_attempts_trace_and_span_ids(tra
     import logging as std_logging
     import uuid
 
-    from tasks.attempts import attempt_run
-    from tasks.context import StepContext
-    from tasks.log_context import AttemptFieldsFilter
+    from tasks.execution.attempts import attempt_run
+    from tasks.execution.context import StepContext
+    from tasks.observability.log_fields import AttemptFieldsFilter
 
     seen = []
 

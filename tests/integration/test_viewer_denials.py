@@ -6,10 +6,10 @@ import pytest
 
 from dlq.alerting.models import AlertChannel, AlertRule
 from dlq.models import AuditEntry, AuditOutcome, DLQItem
+from tasks.execution.runner import task_run
 from tasks.lifecycle.clients import api_client_create
 from tasks.models import DLQStatus, Task
-from tasks.runner import task_run
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

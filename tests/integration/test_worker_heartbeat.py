@@ -14,10 +14,10 @@ import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from tasks.delivery import get_queue, job_id, redis_client
+from tasks.delivery.enqueue import get_queue, job_id, redis_client
+from tasks.delivery.worker import WORKER_HEARTBEAT_SECONDS, ReliabilityWorker
 from tasks.models import Task, TaskState
-from tasks.submission import task_submit
-from tasks.worker import WORKER_HEARTBEAT_SECONDS, ReliabilityWorker
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,10 +10,10 @@ import logging
 
 import pytest
 
-from tasks.delivery import get_queue, job_id, redis_client
+from tasks.delivery.enqueue import get_queue, job_id, redis_client
+from tasks.delivery.worker import ReliabilityWorker
 from tasks.models import Task, TaskState
-from tasks.submission import task_submit
-from tasks.worker import ReliabilityWorker
+from tasks.submission.submit import task_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,10 +14,10 @@ import pytest
 from rq.registry import FailedJobRegistry
 from rq.worker import WorkerStatus
 
-from tasks.delivery import get_queue, job_id, redis_client
+from tasks.delivery.enqueue import get_queue, job_id, redis_client
+from tasks.delivery.worker import STOPPING, ReliabilityWorker
 from tasks.models import Task, TaskState
-from tasks.submission import task_submit
-from tasks.worker import STOPPING, ReliabilityWorker
+from tasks.submission.submit import task_submit
 from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,11 +16,11 @@ import pytest
 from django.test import override_settings
 
 from reliability_console.logging import JsonLinesFormatter, StructuredFormatter
-from tasks.attempt_log import CUT_MARK, STEP_LOGGER, AttemptLogHandler
-from tasks.attempts import attempt_run
-from tasks.context import StepContext
-from tasks.log_context import AttemptFieldsFilter
+from tasks.execution.attempts import attempt_run
+from tasks.execution.context import StepContext
 from tasks.models import Task
+from tasks.observability.attempt_log import CUT_MARK, STEP_LOGGER, AttemptLogHandler
+from tasks.observability.log_fields import AttemptFieldsFilter
 
 step_log = logging.getLogger("shop.steps")
 FIELDS = ("task_id", "pipeline", "step", "attempt")
@@ -77,7 +77,7 @@ def test_a_steps_lines_and_ctx_log_are_kept_with_the_attempt_and_the_engines_are
         step_log.info("charging %s", "alice")
         ctx.log.warning("slow answer")
         ctx.log.debug("below the kept level")
-        logging.getLogger("tasks.runner").info("the engine's own line")
+        logging.getLogger("tasks.execution.runner").info("the engine's own line")
         logging.getLogger("dlq.alerting").info("the console's own line")
 
     record = run(step)
@@ -93,7 +93,7 @@ def test_every_line_inside_the_attempt_carries_its_fields_and_none_outside(caugh
 
     def step(ctx):
         step_log.info("from the step")
-        logging.getLogger("tasks.http").info("from the engine, under ctx.http")
+        logging.getLogger("tasks.outbound.http").info("from the engine, under ctx.http")
         step_log.info("with its own step", extra={"step": "given"})
 
     run(step, ctx)
@@ -242,15 +242,17 @@ def test_both_formats_write_the_attempts_fields(caught):
     record = next(r for r in caught.records if r.getMessage() == "charged alice")
     text = StructuredFormatter().format(record)
     assert "INFO shop.steps charged alice " in text
-    assert "attempt=2 event=charged pipeline=shop step=charge task_id=" in text
+    assert "attempt=2 event=charged pipeline=shop step=charge step_index=0 task_id=" in text
     line = json.loads(JsonLinesFormatter().format(record))
-    assert {key: line[key] for key in ("level", "logger", "message", "event", "pipeline", "step", "attempt")} == {
+    keys = ("level", "logger", "message", "event", "pipeline", "step", "step_index", "attempt")
+    assert {key: line[key] for key in keys} == {
         "level": "INFO",
         "logger": "shop.steps",
         "message": "charged alice",
         "event": "charged",
         "pipeline": "shop",
         "step": "charge",
+        "step_index": 0,
         "attempt": 2,
     }
     assert line["task_id"] == record.task_id and line["time"].startswith("20")

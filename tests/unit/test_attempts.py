@@ -9,9 +9,9 @@ import pytest
 import requests
 from django.db import InterfaceError, OperationalError
 
-from tasks.attempts import attempt_run
-from tasks.context import StepContext
 from tasks.exceptions import LeaseLost, PermanentError, StepTimeout, TransientError
+from tasks.execution.attempts import attempt_run
+from tasks.execution.context import StepContext
 from tasks.models import AttemptKind, AttemptOutcome
 
 
@@ -94,8 +94,8 @@ def test_a_late_alarm_after_the_limit_is_ignored_and_a_foreign_handler_is_put_ba
     import os
     import signal
 
-    from tasks.timeouts import time_limit
-    from tasks.worker import JobTimeout
+    from tasks.delivery.worker import JobTimeout
+    from tasks.execution.timeouts import time_limit
 
     seen = []
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tasks.signing import body_signature_header
+from tasks.outbound.signing import body_signature_header
 from tests.support import ROOT
 
 SECRET = "whsec_receiver-test-secret"

@@ -1,8 +1,8 @@
 import pytest
 import requests
 
-from tasks.classify import classify
 from tasks.exceptions import PermanentError, StepTimeout, TransientError
+from tasks.execution.classify import classify
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ from email.utils import formatdate
 import pytest
 import requests
 
-from tasks.classify import classify
-from tasks.http_errors import retry_after_seconds
+from tasks.execution.classify import classify
+from tasks.outbound.http_errors import retry_after_seconds
 
 
 def http_error(status: int, headers: dict[str, str] | None = None) -> requests.HTTPError:

@@ -4,6 +4,7 @@ imports the development tools. Read from the source with ``ast``, so an import i
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -75,42 +76,42 @@ def test_the_check_sees_every_way_of_importing_the_console(tmp_path, source):
 
 # --- what of the engine the console may import --------------------------------------------------------------------
 
-# The engine's public modules, each with why it is public. A module with submodules listed in PUBLIC_PACKAGES
-# allows them all; any other entry allows that module alone. Everything else of the engine is its own business:
-# the console reaches it through these.
+# The engine's surface for the console (dlq/) and the composition root (reliability_console/): exactly these modules,
+# each with why. A package here is its ``__init__`` only, never its submodules: reads come from ``tasks.selectors``,
+# acts from ``tasks.lifecycle``, rows from ``tasks.models``, each a surface that names what it exports. Everything
+# else of the engine is its own business.
 CONSOLE_MAY_IMPORT = {
-    "tasks": "the public surface (tasks/__init__.py): Pipeline, RetryPolicy, FailurePolicy, task_submit, ...",
-    "tasks.lifecycle": "the write door: every write of an engine row (tasks, controls, API clients, purges)",
-    "tasks.selectors": "the reads: tasks, pipelines and what holds them, RQ queues and workers",
+    # the three doors
+    "tasks.selectors": "the reads: tasks, pipelines and what holds them, waiting tasks, schedules, RQ queues",
+    "tasks.lifecycle": "the acts: every write of an engine row (operator actions, cancels, controls, clients, purges)",
     "tasks.models": "the models",
-    "tasks.exceptions": "the exceptions",
+    # the public surface and the extension points
+    "tasks": "the public surface (tasks/__init__.py): Pipeline, RetryPolicy, task_submit, the exceptions, ...",
+    "tasks.exceptions": "the exceptions, the door's refusals among them (PipelineControlRefused, ScheduleRefused)",
     "tasks.registry": "what the engine runs: pipelines, RQ entry points, sweeper chores",
+    # policies the console shares with the engine rather than copy
     "tasks.conf": "the settings, which the console's own are declared like",
     "tasks.setting_rules": "the rules a setting's value is checked by",
     "tasks.redaction": "the one redactor of everything stored or shown",
-    "tasks.outbound": "the one policy for every URL the product calls (callbacks, alert channels)",
-    "tasks.signing": "the one signature on every request the product signs",
-    "tasks.limits_policy": "the limits' values and their parsing (a value module)",
-    "tasks.metrics": "recording a metric once its change commits, never failing the caller",
+    "tasks.outbound.policy": "the one policy for every URL the product calls (callbacks, alert channels)",
+    "tasks.outbound.signing": "the one signature on every request the product signs",
+    "tasks.pipelines.limits": "the limits' values and their parsing (a value module)",
+    "tasks.observability.metrics": "recording a metric once its change commits, never failing the caller",
     "tasks.management.options": "the commands' option parsing: one readable line for any bad value",
+    "tasks.api.errors": "the API's JSON error body, which bad_input answers /api/ requests with",
+    "tasks.database_errors": "what a database error says, whichever driver: bad_input's refused filters",
 }
-PUBLIC_PACKAGES = {"tasks.lifecycle", "tasks.models"}
-
-
-def _public(module: str) -> str | None:
-    """The entry of CONSOLE_MAY_IMPORT that allows importing ``module``, or None."""
-    if module in CONSOLE_MAY_IMPORT:
-        return module
-    return next((package for package in PUBLIC_PACKAGES if module.startswith(package + ".")), None)
+CONSOLE_PACKAGES = ("dlq", "reliability_console")
 
 
 def console_engine_imports(root: Path = ROOT) -> dict[str, list[str]]:
-    """Engine module -> where the console imports it (path:line), from every import of dlq/, wherever it stands."""
+    """Engine module -> where the console imports it (path:line), from every import of dlq/ and
+    reliability_console/, wherever it stands."""
     from tests.unit.test_import_cycles import import_graph
 
     found: dict[str, list[str]] = {}
-    for module, imports in import_graph(root, ("tasks", "dlq")).items():
-        if module.split(".")[0] != "dlq":
+    for module, imports in import_graph(root, ("tasks", *CONSOLE_PACKAGES)).items():
+        if module.split(".")[0] not in CONSOLE_PACKAGES:
             continue
         for imported, where in imports.items():
             if imported.split(".")[0] == "tasks":
@@ -118,46 +119,77 @@ def console_engine_imports(root: Path = ROOT) -> dict[str, list[str]]:
     return found
 
 
-def test_the_console_imports_only_the_engines_public_modules():
-    private = {module: where for module, where in console_engine_imports().items() if _public(module) is None}
-    assert private == {}, "the console imports engine internals; reach them through a public module"
+def test_the_console_imports_only_the_engines_surface():
+    private = {module: where for module, where in console_engine_imports().items() if module not in CONSOLE_MAY_IMPORT}
+    assert private == {}, "the console imports engine internals; reach them through the surface"
 
 
-def test_every_public_module_exists_and_the_console_uses_each_allowance():
+def test_every_allowance_exists_and_the_console_uses_each():
     from tests.unit.test_import_cycles import module_paths
 
     modules = module_paths(ROOT, ("tasks",))
     assert sorted(set(CONSOLE_MAY_IMPORT) - set(modules)) == []
-    used = {_public(module) for module in console_engine_imports()}
-    assert sorted(set(CONSOLE_MAY_IMPORT) - used) == [], "an allowance nothing uses: drop it"
+    assert sorted(set(CONSOLE_MAY_IMPORT) - set(console_engine_imports())) == [], "an allowance nothing uses: drop it"
 
 
 @pytest.mark.parametrize(
     "source",
     [
-        "from tasks.delivery import get_queue",
-        "from tasks import delivery",
-        "def f():\n    from tasks.limits import held_counts\n",
-        "import tasks.sweeper",
-        "import importlib\nimportlib.import_module('tasks.runner')",
+        "from tasks.delivery.enqueue import get_queue",
+        "from tasks.delivery import enqueue",
+        "def f():\n    from tasks.execution.gates import gate_of\n",
+        "import tasks.delivery.sweeper",
+        "import importlib\nimportlib.import_module('tasks.execution.runner')",
+        "from tasks.lifecycle.outcomes import task_failed",
+        "from tasks.selectors.queues import queue_states",
     ],
 )
 def test_the_console_check_sees_every_way_of_importing_an_engine_internal(tmp_path, source):
     for name, text in {
         "tasks/__init__.py": "",
-        "tasks/delivery.py": "",
-        "tasks/limits.py": "",
-        "tasks/sweeper.py": "",
-        "tasks/runner.py": "",
-        "tasks/selectors.py": "",
+        "tasks/delivery/__init__.py": "",
+        "tasks/delivery/enqueue.py": "",
+        "tasks/delivery/sweeper.py": "",
+        "tasks/execution/__init__.py": "",
+        "tasks/execution/gates.py": "",
+        "tasks/execution/runner.py": "",
+        "tasks/selectors/__init__.py": "",
+        "tasks/selectors/queues.py": "",
         "tasks/lifecycle/__init__.py": "",
         "tasks/lifecycle/outcomes.py": "",
         "dlq/__init__.py": "",
-        "dlq/fine.py": "from tasks import Pipeline\nfrom tasks.selectors import x\nfrom tasks.lifecycle import door",
+        "dlq/fine.py": "from tasks import Pipeline\nfrom tasks.selectors import x\nfrom tasks.lifecycle import act\n",
         "dlq/module.py": source,
     }.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    found = {module: where for module, where in console_engine_imports(tmp_path).items() if _public(module) is None}
+    found = {
+        module: where for module, where in console_engine_imports(tmp_path).items() if module not in CONSOLE_MAY_IMPORT
+    }
     assert len(found) == 1
     assert [where.split(":")[0] for where in next(iter(found.values()))] == ["dlq/module.py"]
+
+
+def _exported(package: str) -> dict[str, str]:
+    module = importlib.import_module(package)
+    return module._ACTS if package == "tasks.lifecycle" else module._READS
+
+
+@pytest.mark.parametrize("package", ["tasks.lifecycle", "tasks.selectors"])
+def test_each_name_of_a_surface_is_defined_where_it_says(package):
+    surface = importlib.import_module(package)
+    for name, module in _exported(package).items():
+        value = getattr(surface, name)
+        assert value is getattr(importlib.import_module(module), name)
+        assert module.startswith(package + "."), f"{name}: a surface exports only its own package's names"
+
+
+def test_every_name_the_console_takes_from_a_surface_is_exported_by_it():
+    # ``from tasks.lifecycle import X`` fails at import for a name the surface lacks; this names every such X.
+    names = {"tasks.lifecycle": set(), "tasks.selectors": set()}
+    for path in [*sorted((ROOT / "dlq").rglob("*.py")), *sorted((ROOT / "reliability_console").rglob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in names:
+                names[node.module].update(alias.name for alias in node.names)
+    for package, imported in names.items():
+        assert sorted(imported - set(_exported(package))) == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.outbound import (
+from tasks.outbound.policy import (
     OutboundPolicy,
     OutboundUrlRefused,
     Rule,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.pipeline_changes import pipeline_change
+from tasks.pipelines.changes import pipeline_change
 
 DECLARED = ["a", "b", "c"]
 

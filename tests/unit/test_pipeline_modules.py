@@ -40,7 +40,7 @@ def load_error() -> str:
 
 
 def test_an_error_at_import_names_the_module_and_the_line_that_raised(pipeline_module):
-    module, path = pipeline_module("from tasks.pipelines import Pipeline\n\nPipeline('p_ok')\nURL = base_url + '/x'\n")
+    module, path = pipeline_module("from tasks import Pipeline\n\nPipeline('p_ok')\nURL = base_url + '/x'\n")
     assert load_error() == (
         f"RELIABILITY_PIPELINE_MODULES: cannot import {module!r}: "
         f"NameError: name 'base_url' is not defined ({path}, line 4)"
@@ -48,7 +48,7 @@ def test_an_error_at_import_names_the_module_and_the_line_that_raised(pipeline_m
 
 
 def test_a_pipeline_declared_wrongly_points_at_the_declaration_not_at_the_engine(pipeline_module):
-    module, path = pipeline_module("from tasks.pipelines import Pipeline\n\norders = Pipeline('report')\n")
+    module, path = pipeline_module("from tasks import Pipeline\n\norders = Pipeline('report')\n")
     assert load_error() == (
         f"RELIABILITY_PIPELINE_MODULES: cannot import {module!r}: "
         f"ConfigurationError: a pipeline named 'report' is already registered ({path}, line 3)"

@@ -13,7 +13,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent.parent
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "reliability-console.json"
-METRIC_SOURCES = [ROOT / "tasks" / "metrics.py", ROOT / "dlq" / "metrics.py", ROOT / "dlq" / "metrics_export.py"]
+METRIC_SOURCES = [
+    ROOT / "tasks" / "observability" / "metrics.py",
+    ROOT / "dlq" / "metrics.py",
+    ROOT / "dlq" / "metrics_export.py",
+]
 METRIC_NAME = re.compile(r"\breliability_[a-z_]+\b")
 
 

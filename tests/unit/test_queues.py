@@ -6,9 +6,9 @@ import pytest
 from django.conf import settings
 
 from chaos.processes import WORKER_QUEUES, worker_argv
+from tasks import Pipeline
+from tasks.delivery.queues import queues_above
 from tasks.exceptions import ConfigurationError
-from tasks.pipelines import Pipeline
-from tasks.queues import queues_above
 
 
 def test_the_project_ships_three_queues_highest_priority_first():

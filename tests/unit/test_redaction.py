@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from tasks.context import effect_key
-from tasks.delivery import job_id
+from tasks.delivery.enqueue import job_id
+from tasks.execution.context import effect_key
 from tasks.lifecycle.clients import api_client_create, api_client_signing_secret
 from tasks.redaction import (
     REDACTED,

@@ -2,9 +2,9 @@ import random
 
 import pytest
 
-from tasks.classify import Classification
 from tasks.exceptions import ConfigurationError
-from tasks.retry import RetryPolicy
+from tasks.execution.classify import Classification
+from tasks.pipelines.retry import RetryPolicy
 
 TRANSIENT = Classification(True, "http_503", "down", "x.TransientError")
 PERMANENT = Classification(False, "http_422", "bad", "x.PermanentError")

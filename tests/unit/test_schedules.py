@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tasks import ConfigurationError, Pipeline, Schedule
-from tasks.schedules import Overlap
+from tasks.pipelines.schedules import Overlap
 
 
 def utc(*args) -> datetime:

@@ -7,7 +7,7 @@ import hmac
 
 import pytest
 
-from tasks.signing import body_signature_header, body_signature_verify, signature_header, signature_verify
+from tasks.outbound.signing import body_signature_header, body_signature_verify, signature_header, signature_verify
 
 BODY = b'{"a":1}'
 KEY = "alert-7-hook"

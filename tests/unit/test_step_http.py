@@ -14,11 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from tasks.classify import classify
-from tasks.context import StepContext, effect_key
 from tasks.demo.platform_client import ReportPlatform
 from tasks.exceptions import EffectRequired, StepTimeout, TransientError
-from tasks.http import MIN_CALL_SECONDS, _shortened
+from tasks.execution.classify import classify
+from tasks.execution.context import StepContext, effect_key
+from tasks.outbound.http import MIN_CALL_SECONDS, _shortened
 
 
 class Recorder(ThreadingHTTPServer):

@@ -15,7 +15,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from reliability_console.config import validate_trace_url
-from tasks import setting_rules, tracing
+from tasks import setting_rules
+from tasks.observability import tracing
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -37,12 +38,13 @@ if sys.argv[1] == "no-sdk":
     sys.meta_path.insert(0, NoOpenTelemetry())
 import django
 django.setup()
-import dlq.admin, tasks.api.views, tasks.attempts, tasks.http, tasks.runner, tasks.step_waits, tasks.submission
+import dlq.admin, tasks.api.views, tasks.execution.attempts, tasks.outbound.http, tasks.execution.runner
+import tasks.execution.waits, tasks.submission.submit
 from django.core.checks import run_checks
-from tasks import tracing
+from tasks.observability import tracing
 print(json.dumps({
     "active": tracing.active is not None,
-    "engine_otel": "tasks.tracing_otel" in sys.modules,
+    "engine_otel": "tasks.observability.otel" in sys.modules,
     "otel_modules": sorted(name for name in sys.modules if name.split(".")[0] == "opentelemetry"),
     "checks": [message.id for message in run_checks() if message.id.startswith("tasks.")],
 }))
@@ -138,7 +140,7 @@ def test_a_bad_trace_url_is_the_consoles_error_and_stops_the_standalone_project(
     ],
 )
 def test_the_exporters_are_the_ones_the_otel_variables_name(monkeypatch, environment, exporters):
-    from tasks.tracing_otel import exporters_from_environment
+    from tasks.observability.otel import exporters_from_environment
 
     for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
         monkeypatch.delenv(name, raising=False)
@@ -161,7 +163,7 @@ def test_the_exporters_are_the_ones_the_otel_variables_name(monkeypatch, environ
     ],
 )
 def test_an_exporter_that_cannot_be_made_stops_start_up_naming_it(monkeypatch, environment, problem):
-    from tasks.tracing_otel import exporters_from_environment
+    from tasks.observability.otel import exporters_from_environment
 
     for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
         monkeypatch.delenv(name, raising=False)

@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from tasks.idempotency import idempotency_purge_expired
+from tasks.submission.idempotency import idempotency_purge_expired
 
 
 class Command(BaseCommand):

@@ -14,9 +14,9 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from django_rq.management.commands import rqworker
 
-from tasks.queues import queue_names
+from tasks.delivery.queues import queue_names
 
-RELIABILITY_WORKER_CLASS = "tasks.worker.ReliabilityWorker"
+RELIABILITY_WORKER_CLASS = "tasks.delivery.worker.ReliabilityWorker"
 
 
 class Command(rqworker.Command):

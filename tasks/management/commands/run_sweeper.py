@@ -8,7 +8,7 @@ import threading
 from django.core.management.base import BaseCommand, CommandError
 
 from tasks.conf import engine_settings
-from tasks.sweeper import sweep_once, sweeper_heartbeat, sweeper_loop, sweeper_name
+from tasks.delivery.sweeper import sweep_once, sweeper_heartbeat, sweeper_loop, sweeper_name
 
 
 class Command(BaseCommand):

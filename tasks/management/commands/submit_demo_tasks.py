@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from tasks.exceptions import ReliabilityError
-from tasks.submission import task_submit
+from tasks.submission.submit import task_submit
 
 # (user, topic): demo-broke has no quota at the simulator (402 -> compensation
 # and a DLQ item); demo-flaky meets scripted 5xx and 429 faults first.

@@ -7,7 +7,7 @@ import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks.selectors import task_states
+from tasks.selectors.tasks import task_states
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 """Found by the engine as Django's admin finds ``admin.py``: no setting lists this module."""
 
-from tasks.pipelines import Pipeline
+from tasks import Pipeline
 
 orders = Pipeline("shop_orders")
 
