@@ -16,6 +16,7 @@ Results go to ``var/bench/compare.json``.
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import subprocess
 import sys
@@ -46,7 +47,12 @@ KINDS = (
     ("engine_1step_batch_2w", "bench_noop_1", True, 1),
     ("engine_10step_2w", "bench_noop_10", False, 10),
 )
-UNITS = {"engine_1step_2w": "tasks/s", "engine_1step_batch_2w": "tasks/s", "engine_10step_2w": "steps/s"}
+
+
+def unit(steps: int) -> str:
+    """A drain's figure: tasks/s, or for tasks of several steps, steps/s."""
+    return "steps/s" if steps > 1 else "tasks/s"
+
 
 OPTIONS = (
     Option("base", default="HEAD", help="the earlier commit (default HEAD: the change not yet committed)"),
@@ -71,7 +77,7 @@ def base_tree(rev: str) -> tuple[str, Path]:
     tree = TREES / commit
     if not (tree / "manage.py").exists():
         partial = TREES / f"{commit}.partial"
-        subprocess.run(["rm", "-rf", str(partial)], check=True)
+        shutil.rmtree(partial, ignore_errors=True)  # what an interrupted extraction left
         partial.mkdir(parents=True)
         archive = subprocess.Popen(["git", "archive", commit], cwd=ROOT, stdout=subprocess.PIPE)
         subprocess.run(["tar", "-x", "-C", str(partial)], stdin=archive.stdout, check=True)
@@ -118,19 +124,19 @@ def run(
                         url, redis_url, pipeline, workers, count, log_dir, in_batches=in_batches, root=trees[side]
                     )
                     samples[name][side].append(rate * steps)
-                    progress(f"bench: round {number + 1}: {name} {side}: {rate * steps:,.1f} {UNITS[name]}")
+                    progress(f"bench: round {number + 1}: {name} {side}: {rate * steps:,.1f} {unit(steps)}")
     finally:
         if not keep:
             drop_database(server_url, database)
     rows, figures, floors = [], {}, []
-    for name, *_ in KINDS:
+    for name, _, _, steps in KINDS:
         before, after = (statistics.median(samples[name][side]) for side in ("before", "after"))
         ratio = after / before if before else 0.0
         holds = ratio >= 1 - tolerance
         rows.append(
             {
                 "name": name,
-                "unit": UNITS[name],
+                "unit": unit(steps),
                 "before": round(before, 1),
                 "after": round(after, 1),
                 "ratio": round(ratio, 3),
@@ -138,8 +144,8 @@ def run(
                 "samples": {side: [round(value, 1) for value in samples[name][side]] for side in samples[name]},
             }
         )
-        figures[f"compare.{name}.before"] = {"value": round(before, 1), "unit": UNITS[name]}
-        figures[f"compare.{name}.after"] = {"value": round(after, 1), "unit": UNITS[name]}
+        figures[f"compare.{name}.before"] = {"value": round(before, 1), "unit": unit(steps)}
+        figures[f"compare.{name}.after"] = {"value": round(after, 1), "unit": unit(steps)}
         floors.append(
             {
                 "name": f"{name} after >= {1 - tolerance:.0%} of before",

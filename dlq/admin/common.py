@@ -192,9 +192,7 @@ def action_page(
 class ServiceViewMixin:
     """For ModelAdmins whose views call one service on POST and answer with a message and a redirect."""
 
-    def perform(self, request: HttpRequest, call: Callable[[], Any], **answer: Any) -> HttpResponse | str:
-        """``posted`` (``done_url``, ``done_message``, ``refused_url``), for a ModelAdmin's view."""
-        return posted(request, call, **answer)
+    perform = staticmethod(posted)  # ``self.perform(request, call, done_url=..., ...)`` in a ModelAdmin's view
 
 
 class DenialsAuditedMixin:

@@ -3,9 +3,9 @@
 ``tasks.execution.attempts.attempt_run`` sets the scope when an attempt starts and resets it when it ends (one
 ``ContextVar.set`` and ``reset``: a step pays nothing more). Two readers use it:
 
-- ``AttemptFieldsFilter``, on the project's log handler, adds ``task_id``, ``pipeline``, ``step`` and
-  ``attempt`` to every line written in the scope, whoever wrote it: the engine, the step's own loggers,
-  ``ctx.log``, the code under ``ctx.http``. ``correlation_fields`` is the one place such fields are made
+- ``AttemptFieldsFilter``, on the project's log handler, adds ``task_id``, ``pipeline``, ``step``,
+  ``step_index`` and ``attempt`` to every line written in the scope, whoever wrote it: the engine, the step's
+  own loggers, ``ctx.log``, the code under ``ctx.http``. ``correlation_fields`` is the one place such fields are made
   (a trace's ``trace_id`` and ``span_id`` belong there);
 - ``tasks.observability.attempt_log``'s handler, which keeps the lines a step logged with its attempt.
 
@@ -52,16 +52,16 @@ class AttemptScope:
         step: str,
         attempt: int,
         kind: str,
+        step_index: int,
         input: Any = None,
-        step_index: int | None = None,
-        trace_id: str = "",
     ) -> None:
         self.task_id = str(task_id)
         self.pipeline = pipeline
         self.step = step
         self.step_index = step_index
         self.attempt = attempt
-        self.trace_id = trace_id  # the task's trace, for a line written where no span is current
+        # The attempt's trace, for a line written where no span is current (the interrupt's, on another thread).
+        self.trace_id = ""
         self.kind = kind
         self.input = input  # the task's input: its secrets are redacted from the lines written out
         # Made by the capture handler on the attempt's first kept line: an attempt that logs nothing makes none.
@@ -83,10 +83,13 @@ current_attempt: ContextVar[AttemptScope | None] = ContextVar("reliability_curre
 def correlation_fields(scope: AttemptScope) -> dict[str, Any]:
     """The fields every line written inside ``scope`` carries; with tracing on, the ids of the attempt's trace
     and current span too (``tasks.observability.tracing``), so a log shipper joins the line to its span."""
-    fields: dict[str, Any] = {"task_id": scope.task_id, "pipeline": scope.pipeline, "step": scope.step}
-    if scope.step_index is not None:
-        fields["step_index"] = scope.step_index
-    fields["attempt"] = scope.attempt
+    fields: dict[str, Any] = {
+        "task_id": scope.task_id,
+        "pipeline": scope.pipeline,
+        "step": scope.step,
+        "step_index": scope.step_index,
+        "attempt": scope.attempt,
+    }
     fields.update(_trace_ids(scope))
     return fields
 
